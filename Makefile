@@ -1,0 +1,65 @@
+# Two commands do all the set-up: `make lab` and `make test` (see README.md).
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+HOST   ?= 127.0.0.1
+PORT   ?= 8888
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+NBVAL  := $(BIN)/python -m pytest --nbval --nbval-current-env \
+          --nbval-sanitize-with notebooks/sanitize.cfg --timeout=600 -p no:cacheprovider
+
+.PHONY: setup lab test lint unit notebooks notebooks-fork notebooks-spawn browser \
+        chromium outputs imgs slides bench clean
+
+# Installs only when the pins change: a second `make test` goes straight to the tests.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip check
+	touch $@
+
+setup: $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) notebooks/00_index.ipynb
+
+test: lint unit notebooks browser
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests --ignore=tests/browser
+
+notebooks: notebooks-fork notebooks-spawn
+
+notebooks-fork: $(STAMP)
+	TALK_START_METHOD=fork $(NBVAL) $(NOTEBOOKS)
+
+notebooks-spawn: $(STAMP)
+	TALK_START_METHOD=spawn $(NBVAL) $(NOTEBOOKS)
+
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  elif command -v sudo >/dev/null 2>&1; then sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null; \
+	  else echo "!!! chromium is missing and cannot be installed without root: browser tests will be SKIPPED !!!"; fi; }
+
+browser: $(STAMP) chromium
+	$(BIN)/python -m pytest tests/browser
+
+# Re-executes notebooks top to bottom and stores the outputs (NB=notebooks/02_….ipynb for one).
+outputs: $(STAMP)
+	TALK_START_METHOD=fork $(BIN)/python scripts/execute_notebooks.py $(or $(NB),notebooks/*.ipynb)
+
+imgs: $(STAMP)
+	$(BIN)/python -m talk_helpers.diagrams imgs/
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/loader_throughput.py
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,1 @@
+"""Scripts for ``torchrun --nproc-per-node N -m talk_helpers.demos.<name>``."""
