@@ -484,3 +484,4 @@ def _html(ok: bool, verdict: str, examples: list[tuple[str, str]]) -> str:
         for k, v in examples
     )
     return f'{head}<table style="margin:2px 0 0 1.5em">{rows}</table></div>'
+from talk_helpers.mixing import shuffle_report  # noqa: E402,F401
