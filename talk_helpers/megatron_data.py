@@ -1,0 +1,399 @@
+"""A tiny Megatron-LM-style data pipeline: .bin/.idx files, the three indices, the sampler.
+
+- :func:`write_indexed_dataset` / :class:`IndexedDataset`: the ``MMIDIDX`` format of
+  ``megatron/core/datasets/indexed_dataset.py`` (one sequence per document).
+- :func:`build_document_index`, :func:`build_sample_index`, :func:`build_shuffle_index`:
+  what ``GPTDataset._build_document_sample_shuffle_indices`` computes (the sample index is a
+  Python port of ``build_sample_idx`` in ``helpers.cpp``). :class:`GPTSamples` puts them
+  together; each sample has ``seq_len + 1`` tokens and consecutive samples share one token.
+- :class:`MegatronPretrainingSampler` ('single') and :class:`MegatronPretrainingRandomSampler`
+  ('cyclic', data_sharding=True): the micro-batch samplers driven by ``consumed_samples``.
+- :func:`split_micro_batch` / :func:`collate_clm`: from ``[micro_batch, seq_len + 1]`` rows
+  to input_ids, input_mask, label_ids, label_mask (nanotron's ``DataCollatorForCLM``).
+"""
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "GPTSamples", "IndexedDataset", "MegatronPretrainingRandomSampler",
+    "MegatronPretrainingSampler", "TensorPointer", "build_document_index",
+    "build_sample_index", "build_shuffle_index", "collate_clm", "make_documents",
+    "num_epochs_needed", "sampler_steps", "split_micro_batch", "write_indexed_dataset",
+]
+
+INDEX_HEADER = b"MMIDIDX\x00\x00"
+INDEX_VERSION = 1
+# Megatron's DType codes (indexed_dataset.py).
+DTYPE_CODES = {np.uint8: 1, np.int8: 2, np.int16: 3, np.int32: 4, np.int64: 5,
+               np.float64: 6, np.float32: 7, np.uint16: 8}
+CODE_DTYPES = {code: dtype for dtype, code in DTYPE_CODES.items()}
+
+
+# --------------------------------------------------------------------------------------
+# .bin / .idx
+
+
+def make_documents(lengths, start_token: int = 1) -> list[np.ndarray]:
+    """Documents whose token ids count up across the corpus, so every token is traceable."""
+    docs, token = [], start_token
+    for length in lengths:
+        docs.append(np.arange(token, token + length, dtype=np.int64))
+        token += length
+    return docs
+
+
+def write_indexed_dataset(prefix, documents, dtype=np.uint16) -> tuple[Path, Path]:
+    """Write ``prefix.bin`` (tokens back to back) and ``prefix.idx`` (where each one starts)."""
+    dtype = np.dtype(dtype).type
+    if dtype not in DTYPE_CODES:
+        raise ValueError(f"dtype must be one of {[d.__name__ for d in DTYPE_CODES]}, "
+                         f"got {dtype!r}")
+    documents = [np.asarray(d) for d in documents]
+    _check_documents([len(d) for d in documents])
+    prefix = Path(prefix)
+    bin_path, idx_path = prefix.with_suffix(".bin"), prefix.with_suffix(".idx")
+    lengths = np.array([len(d) for d in documents], dtype=np.int32)
+    itemsize = np.dtype(dtype).itemsize
+    pointers = np.concatenate([[0], np.cumsum(lengths[:-1], dtype=np.int64) * itemsize])
+    with open(bin_path, "wb") as f:
+        for doc in documents:
+            f.write(doc.astype(dtype).tobytes(order="C"))
+    document_indices = np.arange(len(documents) + 1, dtype=np.int64)  # one sequence per doc
+    with open(idx_path, "wb") as f:
+        f.write(INDEX_HEADER)
+        f.write(struct.pack("<Q", INDEX_VERSION))
+        f.write(struct.pack("<B", DTYPE_CODES[dtype]))
+        f.write(struct.pack("<Q", len(lengths)))
+        f.write(struct.pack("<Q", len(document_indices)))
+        f.write(lengths.tobytes(order="C"))
+        f.write(pointers.astype(np.int64).tobytes(order="C"))
+        f.write(document_indices.tobytes(order="C"))
+    return bin_path, idx_path
+
+
+class IndexedDataset:
+    """Read a ``.bin``/``.idx`` pair; ``get(i, offset, length)`` reads only those tokens."""
+
+    def __init__(self, prefix):
+        prefix = Path(prefix)
+        self.bin_path = prefix.with_suffix(".bin")
+        raw = prefix.with_suffix(".idx").read_bytes()
+        if raw[:len(INDEX_HEADER)] != INDEX_HEADER:
+            raise ValueError(f"{prefix}.idx is not a Megatron index (header {raw[:9]!r})")
+        pos = len(INDEX_HEADER)
+        (version,) = struct.unpack_from("<Q", raw, pos)
+        (code,) = struct.unpack_from("<B", raw, pos + 8)
+        (n_seq,) = struct.unpack_from("<Q", raw, pos + 9)
+        (n_doc,) = struct.unpack_from("<Q", raw, pos + 17)
+        pos += 25
+        if version != INDEX_VERSION:
+            raise ValueError(f"unsupported index version {version}")
+        self.dtype = CODE_DTYPES[code]
+        self.sequence_lengths = np.frombuffer(raw, np.int32, n_seq, pos)
+        pos += 4 * n_seq
+        self.sequence_pointers = np.frombuffer(raw, np.int64, n_seq, pos)
+        pos += 8 * n_seq
+        self.document_indices = np.frombuffer(raw, np.int64, n_doc, pos)
+        self._tokens = np.memmap(self.bin_path, dtype=self.dtype, mode="r")
+        self.bytes_read = 0
+
+    def __len__(self) -> int:
+        return len(self.sequence_lengths)
+
+    def get(self, idx: int, offset: int = 0, length: int | None = None) -> np.ndarray:
+        """Tokens ``offset .. offset+length`` of sequence ``idx``, read from the .bin file."""
+        size = int(self.sequence_lengths[idx])
+        if length is None:
+            length = size - offset
+        itemsize = np.dtype(self.dtype).itemsize
+        start = int(self.sequence_pointers[idx]) // itemsize + offset
+        self.bytes_read += length * itemsize
+        return np.array(self._tokens[start:start + length])
+
+    def __getitem__(self, idx: int) -> np.ndarray:
+        return self.get(idx)
+
+
+# --------------------------------------------------------------------------------------
+# document, sample and shuffle indices
+
+
+def _check_documents(lengths) -> None:
+    if len(lengths) == 0:
+        raise ValueError("documents must not be empty: there is nothing to sample from")
+    empty = [i for i, n in enumerate(lengths) if n == 0]
+    if empty:
+        raise ValueError(f"documents {empty} have 0 tokens; every document needs at least one "
+                         f"token (end each one with an end-of-document token)")
+
+
+def num_epochs_needed(num_samples: int, tokens_per_epoch: int, seq_len: int) -> int:
+    """Smallest number of passes over the corpus that yields ``num_samples`` samples."""
+    epochs = 1
+    while epochs * tokens_per_epoch < num_samples * seq_len + 1:
+        epochs += 1
+    return epochs
+
+
+def build_document_index(num_documents: int, num_epochs: int, rng) -> np.ndarray:
+    """Every document id once per epoch, all epochs shuffled together (int32)."""
+    index = np.tile(np.arange(num_documents, dtype=np.int32), num_epochs)
+    if rng is not None:
+        rng.shuffle(index)
+    return index
+
+
+def build_sample_index(sizes, document_index, seq_len: int) -> np.ndarray:
+    """``[num_samples + 1, 2]`` rows of (position in document_index, token offset).
+
+    Sample ``i`` runs from row ``i`` to row ``i+1`` plus one token: ``seq_len + 1`` tokens
+    of the documents laid end to end, so sample ``i+1`` starts on sample ``i``'s last token.
+    """
+    if not isinstance(seq_len, int | np.integer) or seq_len < 1:
+        raise ValueError(f"seq_len must be an int >= 1, got {seq_len!r}")
+    sizes = np.asarray(sizes, dtype=np.int64)
+    _check_documents(sizes)
+    document_index = np.asarray(document_index)
+    total = int(sizes[document_index].sum())
+    num_samples = (total - 1) // seq_len
+    if num_samples < 1:
+        raise ValueError(f"the documents hold {total} tokens; one sample needs seq_len + 1 = "
+                         f"{seq_len + 1}")
+    sample_index = np.zeros((num_samples + 1, 2), dtype=np.int64)
+    position, offset = 0, 0
+    for i in range(1, num_samples + 1):
+        remaining = seq_len + 1
+        while remaining:
+            left_in_doc = int(sizes[document_index[position]]) - offset
+            remaining -= left_in_doc
+            if remaining <= 0:
+                offset += remaining + left_in_doc - 1   # the shared token starts sample i
+                remaining = 0
+            else:
+                position += 1
+                offset = 0
+        sample_index[i] = position, offset
+    return sample_index
+
+
+def build_shuffle_index(num_samples: int, rng) -> np.ndarray:
+    """A permutation of the sample ids: which sample is read at each position."""
+    index = np.arange(num_samples, dtype=np.uint32)
+    if rng is not None:
+        rng.shuffle(index)
+    return index
+
+
+class GPTSamples:
+    """GPTDataset's reading scheme over an :class:`IndexedDataset`.
+
+    ``self[i]`` is ``{"id": i, "text": seq_len + 1 tokens}``: position ``i`` goes through
+    the shuffle index, the sample index and the document index to token ranges on disk.
+    One ``RandomState(seed)`` shuffles the document index, then the shuffle index.
+    """
+
+    def __init__(self, prefix, seq_len: int, num_samples: int | None = None, seed: int = 1234,
+                 shuffle: bool = True):
+        self.indexed = IndexedDataset(prefix)
+        self.seq_len = seq_len
+        sizes = self.indexed.sequence_lengths
+        tokens_per_epoch = int(sizes.sum())
+        epochs = 1 if num_samples is None else num_epochs_needed(num_samples, tokens_per_epoch,
+                                                                 seq_len)
+        self.num_epochs = epochs
+        rng = np.random.RandomState(seed) if shuffle else None
+        self.document_index = build_document_index(len(sizes), epochs, rng)
+        self.sample_index = build_sample_index(sizes, self.document_index, seq_len)
+        self.shuffle_index = build_shuffle_index(len(self.sample_index) - 1, rng)
+        self.num_samples = len(self.shuffle_index)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def tokens(self, sample: int) -> np.ndarray:
+        """The ``seq_len + 1`` tokens of sample ``sample`` (before shuffling)."""
+        (doc_f, off_f), (doc_l, off_l) = self.sample_index[sample], self.sample_index[sample + 1]
+        docs = self.document_index
+        if doc_f == doc_l:
+            return self.indexed.get(docs[doc_f], off_f, off_l - off_f + 1)
+        parts = [self.indexed.get(docs[doc_f], off_f)]
+        parts += [self.indexed.get(docs[d]) for d in range(doc_f + 1, doc_l)]
+        parts.append(self.indexed.get(docs[doc_l], 0, off_l + 1))
+        return np.concatenate(parts)
+
+    def __getitem__(self, idx: int) -> dict:
+        if not 0 <= idx < self.num_samples:
+            raise IndexError(f"sample {idx} out of range 0..{self.num_samples - 1}")
+        return {"id": int(idx),
+                "text": self.tokens(int(self.shuffle_index[idx])).astype(np.int64)}
+
+
+# --------------------------------------------------------------------------------------
+# samplers driven by consumed_samples
+
+
+class MegatronPretrainingSampler:
+    """Megatron's 'single' sampler: contiguous slices of each ``mbs*dp`` chunk of indices.
+
+    It walks global indices ``consumed_samples .. total_samples`` in order; DP rank ``r``
+    gets ``[r*mbs, (r+1)*mbs)`` of every chunk. Resuming means passing a new
+    ``consumed_samples`` (counted in *samples*, summed over all DP ranks).
+    """
+
+    def __init__(self, total_samples: int, consumed_samples: int, micro_batch_size: int,
+                 data_parallel_rank: int, data_parallel_size: int, drop_last: bool = True):
+        if total_samples <= 0:
+            raise ValueError(f"total_samples must be > 0, got {total_samples}")
+        if not 0 <= consumed_samples < total_samples:
+            raise ValueError(f"consumed_samples must be in 0..{total_samples - 1}, "
+                             f"got {consumed_samples}")
+        if micro_batch_size <= 0:
+            raise ValueError(f"micro_batch_size must be > 0, got {micro_batch_size}")
+        if not 0 <= data_parallel_rank < data_parallel_size:
+            raise ValueError(f"data_parallel_rank must be in 0..{data_parallel_size - 1}, "
+                             f"got {data_parallel_rank}")
+        self.total_samples = total_samples
+        self.consumed_samples = consumed_samples
+        self.micro_batch_size = micro_batch_size
+        self.data_parallel_rank = data_parallel_rank
+        self.chunk = micro_batch_size * data_parallel_size
+        self.drop_last = drop_last
+
+    def __len__(self) -> int:
+        return self.total_samples  # as in Megatron: a sample count, not a batch count
+
+    def __iter__(self):
+        start = self.data_parallel_rank * self.micro_batch_size
+        batch = []
+        for idx in range(self.consumed_samples, self.total_samples):
+            batch.append(idx)
+            if len(batch) == self.chunk:
+                yield batch[start:start + self.micro_batch_size]
+                batch = []
+        if batch and not self.drop_last:
+            yield batch[start:start + self.micro_batch_size]
+
+
+class MegatronPretrainingRandomSampler:
+    """Megatron's 'cyclic' sampler with data sharding: each DP rank owns one bucket.
+
+    Rank ``r`` permutes its own contiguous bucket with a generator seeded by the epoch and
+    skips ``consumed_samples // dp`` of it on resume, so the buckets depend on the DP size.
+    """
+
+    def __init__(self, total_samples: int, consumed_samples: int, micro_batch_size: int,
+                 data_parallel_rank: int, data_parallel_size: int):
+        if not 0 <= data_parallel_rank < data_parallel_size:
+            raise ValueError(f"data_parallel_rank must be in 0..{data_parallel_size - 1}, "
+                             f"got {data_parallel_rank}")
+        self.total_samples = total_samples
+        self.consumed_samples = consumed_samples
+        self.micro_batch_size = micro_batch_size
+        self.data_parallel_rank = data_parallel_rank
+        self.data_parallel_size = data_parallel_size
+        self.chunk = micro_batch_size * data_parallel_size
+        self.last_batch_size = total_samples % self.chunk
+
+    def __len__(self) -> int:
+        return self.total_samples
+
+    def __iter__(self):
+        import torch
+
+        active_total = self.total_samples - self.last_batch_size
+        epoch = self.consumed_samples // active_total
+        in_epoch = self.consumed_samples % active_total
+        if in_epoch % self.chunk:
+            raise ValueError(f"consumed_samples={self.consumed_samples} is not a multiple of "
+                             f"micro_batch_size*dp={self.chunk}")
+        bucket_size = (self.total_samples // self.chunk) * self.micro_batch_size
+        start = self.data_parallel_rank * bucket_size
+        g = torch.Generator()
+        g.manual_seed(epoch)
+        order = torch.randperm(bucket_size, generator=g).tolist()
+        batch = []
+        for x in order[in_epoch // self.data_parallel_size:]:
+            batch.append(start + x)
+            if len(batch) == self.micro_batch_size:
+                self.consumed_samples += self.chunk
+                yield batch
+                batch = []
+
+
+def sampler_steps(sampler_cls, *, total_samples: int, consumed_samples: int,
+                  micro_batch_size: int, dp: int, micro_batches_per_step: int,
+                  steps: int) -> list[list[list[int]]]:
+    """``[step][dp_rank]`` -> the sample indices that DP rank reads in that step."""
+    iters = [iter(sampler_cls(total_samples, consumed_samples, micro_batch_size, r, dp))
+             for r in range(dp)]
+    out = []
+    for _ in range(steps):
+        out.append([[i for _ in range(micro_batches_per_step) for i in next(it)]
+                    for it in iters])
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# micro-batch format
+
+
+@dataclass(frozen=True)
+class TensorPointer:
+    """nanotron's placeholder: the tensor lives on pipeline rank ``group_rank``."""
+
+    group_rank: int
+
+
+def split_micro_batch(rows) -> dict:
+    """``[micro_batch, seq_len + 1]`` token rows -> the four arrays a language model needs.
+
+    input_ids drops the last token, label_ids drops the first one: label ``t`` is the token
+    that follows input ``t``. Both masks are all True (no padding in pretraining rows).
+    """
+    rows = np.asarray(rows)
+    if rows.ndim != 2 or rows.shape[1] < 2:
+        raise ValueError(f"rows must have shape [micro_batch, seq_len + 1] with seq_len >= 1, "
+                         f"got shape {rows.shape}")
+    input_ids, label_ids = rows[:, :-1], rows[:, 1:]
+    return {"input_ids": input_ids, "input_mask": np.ones(input_ids.shape, dtype=bool),
+            "label_ids": label_ids, "label_mask": np.ones(label_ids.shape, dtype=bool)}
+
+
+def collate_clm(examples, *, pp_rank: int, input_pp_rank: int, output_pp_rank: int) -> dict:
+    """nanotron's DataCollatorForCLM: real arrays only on the stage that uses them.
+
+    The first stage keeps input_ids/input_mask, the last keeps label_ids/label_mask, every
+    other key is a :class:`TensorPointer`. Middle stages receive ``{}`` examples (from an
+    empty dataset of the same length) and get four pointers. ``"id"`` is kept for checks.
+    """
+    out = {"input_ids": TensorPointer(input_pp_rank), "input_mask": TensorPointer(input_pp_rank),
+           "label_ids": TensorPointer(output_pp_rank),
+           "label_mask": TensorPointer(output_pp_rank)}
+    if pp_rank not in (input_pp_rank, output_pp_rank):
+        if any(ex for ex in examples):
+            raise ValueError("a middle pipeline stage must receive empty examples")
+        return out
+    parts = split_micro_batch(np.vstack([ex["text"] for ex in examples]))
+    if pp_rank == input_pp_rank:
+        out["input_ids"], out["input_mask"] = parts["input_ids"], parts["input_mask"]
+    if pp_rank == output_pp_rank:
+        out["label_ids"], out["label_mask"] = parts["label_ids"], parts["label_mask"]
+    out["id"] = np.array([ex["id"] for ex in examples], dtype=np.int64)
+    return out
+
+
+class EmptyInfiniteDataset:
+    """nanotron's stand-in on middle stages: ``{}`` for every index, the real length."""
+
+    def __init__(self, length: int):
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, idx: int) -> dict:
+        return {}

@@ -1,0 +1,216 @@
+"""The Megatron-style indexed dataset, its three indices, the samplers and the micro-batch."""
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from talk_helpers.megatron_data import (
+    GPTSamples,
+    IndexedDataset,
+    MegatronPretrainingRandomSampler,
+    MegatronPretrainingSampler,
+    TensorPointer,
+    build_document_index,
+    build_sample_index,
+    collate_clm,
+    make_documents,
+    sampler_steps,
+    split_micro_batch,
+    write_indexed_dataset,
+)
+
+
+def samples_from_index(sizes, document_index, sample_index, seq_len):
+    docs = make_documents([sizes[d] for d in range(len(sizes))])
+    stream = np.concatenate([docs[d] for d in document_index])
+    out = []
+    for (df, of), (dl, ol) in zip(sample_index[:-1], sample_index[1:], strict=True):
+        start = sum(sizes[d] for d in document_index[:df]) + of
+        end = sum(sizes[d] for d in document_index[:dl]) + ol + 1
+        out.append(stream[start:end])
+    return stream, out
+
+
+# ---------------------------------------------------------------- .bin / .idx
+
+
+def test_index_file_has_megatrons_header_and_arrays(tmp_path):
+    write_indexed_dataset(tmp_path / "corpus", make_documents([3, 5, 2]))
+    raw = (tmp_path / "corpus.idx").read_bytes()
+    assert raw[:9] == b"MMIDIDX\x00\x00"
+    assert struct.unpack_from("<QBQQ", raw, 9) == (1, 8, 3, 4)   # uint16 is code 8
+    assert (tmp_path / "corpus.bin").stat().st_size == 10 * 2
+
+
+def test_reader_returns_what_the_writer_wrote(tmp_path):
+    docs = make_documents([3, 5, 2])
+    write_indexed_dataset(tmp_path / "c", docs, dtype=np.int32)
+    ds = IndexedDataset(tmp_path / "c")
+    assert len(ds) == 3
+    assert list(ds.sequence_lengths) == [3, 5, 2]
+    assert list(ds.sequence_pointers) == [0, 12, 32]
+    assert list(ds.document_indices) == [0, 1, 2, 3]
+    for i, d in enumerate(docs):
+        np.testing.assert_array_equal(ds[i], d)
+    np.testing.assert_array_equal(ds.get(1, offset=2, length=2), docs[1][2:4])
+
+
+def test_reader_rejects_a_file_that_is_not_an_index(tmp_path):
+    (tmp_path / "x.idx").write_bytes(b"not an index at all, really")
+    (tmp_path / "x.bin").write_bytes(b"")
+    with pytest.raises(ValueError, match="not a Megatron index"):
+        IndexedDataset(tmp_path / "x")
+
+
+# ---------------------------------------------------------------- sample index
+
+
+@pytest.mark.parametrize("sizes,seq_len", [
+    ([2, 3, 1, 2, 4], 4),      # every document shorter than seq_len
+    ([20, 17], 4),             # documents longer than seq_len
+    ([13], 4),                 # a single document
+    ([1, 1, 1, 1, 1, 1], 2),   # one-token documents
+    ([9, 1, 30, 2], 1),        # seq_len 1
+])
+def test_each_sample_is_seq_len_plus_one_tokens_of_the_concatenated_documents(sizes, seq_len):
+    rng = np.random.RandomState(0)
+    doc_index = build_document_index(len(sizes), 2, rng)
+    sample_index = build_sample_index(sizes, doc_index, seq_len)
+    stream, samples = samples_from_index(sizes, doc_index, sample_index, seq_len)
+    assert len(samples) == (len(stream) - 1) // seq_len
+    for i, s in enumerate(samples):
+        np.testing.assert_array_equal(s, stream[i * seq_len:i * seq_len + seq_len + 1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=8), st.integers(1, 6))
+def test_consecutive_samples_share_exactly_one_token(sizes, seq_len):
+    doc_index = np.arange(len(sizes))
+    if sum(sizes) < seq_len + 1:
+        with pytest.raises(ValueError, match="one sample needs"):
+            build_sample_index(sizes, doc_index, seq_len)
+        return
+    _, samples = samples_from_index(sizes, doc_index,
+                                    build_sample_index(sizes, doc_index, seq_len), seq_len)
+    assert all(len(s) == seq_len + 1 for s in samples)
+    for a, b in zip(samples, samples[1:], strict=False):
+        assert a[-1] == b[0]
+
+
+def test_a_single_short_document_cannot_make_a_sample():
+    with pytest.raises(ValueError, match="seq_len \\+ 1 = 5"):
+        build_sample_index([4], [0], 4)
+
+
+@pytest.mark.parametrize("seq_len", [0, -3, 2.5])
+def test_seq_len_below_one_is_rejected(seq_len):
+    with pytest.raises(ValueError, match="seq_len must be an int >= 1"):
+        build_sample_index([5, 5], [0, 1], seq_len)
+
+
+def test_empty_documents_are_rejected():
+    with pytest.raises(ValueError, match="documents \\[1\\] have 0 tokens"):
+        build_sample_index([5, 0, 5], [0, 1, 2], 2)
+    with pytest.raises(ValueError, match="documents must not be empty"):
+        build_sample_index([], [], 2)
+
+
+def test_writer_rejects_empty_documents(tmp_path):
+    with pytest.raises(ValueError, match="0 tokens"):
+        write_indexed_dataset(tmp_path / "c", [np.arange(3), np.arange(0)])
+
+
+def test_gpt_samples_read_the_shuffled_samples_from_disk(tmp_path):
+    sizes = [7, 3, 11, 5, 9]
+    write_indexed_dataset(tmp_path / "c", make_documents(sizes))
+    ds = GPTSamples(tmp_path / "c", seq_len=4, seed=3)
+    stream, samples = samples_from_index(sizes, ds.document_index, ds.sample_index, 4)
+    assert sorted(ds.shuffle_index.tolist()) == list(range(len(ds)))
+    for i in range(len(ds)):
+        item = ds[i]
+        assert item["id"] == i
+        np.testing.assert_array_equal(item["text"], samples[ds.shuffle_index[i]])
+    assert ds.indexed.bytes_read > 0
+
+
+def test_gpt_samples_add_epochs_when_more_samples_are_asked_for(tmp_path):
+    write_indexed_dataset(tmp_path / "c", make_documents([6, 6]))
+    one = GPTSamples(tmp_path / "c", seq_len=4)
+    more = GPTSamples(tmp_path / "c", seq_len=4, num_samples=3 * len(one))
+    assert more.num_epochs > 1 and len(more) >= 3 * len(one)
+
+
+# ---------------------------------------------------------------- samplers
+
+
+def test_single_sampler_gives_contiguous_slices_per_dp_rank():
+    got = [list(MegatronPretrainingSampler(10, 0, 2, r, 2)) for r in range(2)]
+    assert got == [[[0, 1], [4, 5]], [[2, 3], [6, 7]]]    # 8, 9 dropped (partial chunk)
+
+
+def test_resume_with_consumed_samples_equals_the_uninterrupted_run():
+    kw = dict(total_samples=64, micro_batch_size=2, dp=2, micro_batches_per_step=2)
+    full = sampler_steps(MegatronPretrainingSampler, consumed_samples=0, steps=6, **kw)
+    resumed = sampler_steps(MegatronPretrainingSampler, consumed_samples=3 * 8, steps=3, **kw)
+    assert full[3:] == resumed
+
+
+def test_resume_counted_in_steps_instead_of_samples_repeats_data():
+    kw = dict(total_samples=64, micro_batch_size=2, dp=2, micro_batches_per_step=2)
+    full = sampler_steps(MegatronPretrainingSampler, consumed_samples=0, steps=6, **kw)
+    wrong = sampler_steps(MegatronPretrainingSampler, consumed_samples=3, steps=3, **kw)
+    seen = {i for step in full[:3] for r in step for i in r}
+    assert seen & {i for step in wrong for r in step for i in r}
+
+
+def test_single_sampler_survives_a_dp_change_but_the_sharded_random_one_does_not():
+    for cls, survives in ((MegatronPretrainingSampler, True),
+                          (MegatronPretrainingRandomSampler, False)):
+        before = sampler_steps(cls, total_samples=48, consumed_samples=0, micro_batch_size=2,
+                               dp=2, micro_batches_per_step=1, steps=4)
+        after = sampler_steps(cls, total_samples=48, consumed_samples=16, micro_batch_size=2,
+                              dp=4, micro_batches_per_step=1, steps=4)
+        ids = [i for run in (before, after) for step in run for r in step for i in r]
+        assert (len(ids) == len(set(ids))) is survives
+
+
+def test_sampler_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="consumed_samples"):
+        MegatronPretrainingSampler(10, 10, 2, 0, 2)
+    with pytest.raises(ValueError, match="data_parallel_rank"):
+        MegatronPretrainingSampler(10, 0, 2, 2, 2)
+
+
+# ---------------------------------------------------------------- micro-batch
+
+
+def test_split_micro_batch_shifts_labels_by_one():
+    rows = np.arange(12).reshape(2, 6)
+    mb = split_micro_batch(rows)
+    assert mb["input_ids"].shape == mb["label_ids"].shape == (2, 5)
+    np.testing.assert_array_equal(mb["label_ids"][:, :-1], mb["input_ids"][:, 1:])
+    np.testing.assert_array_equal(mb["input_ids"], rows[:, :-1])
+    np.testing.assert_array_equal(mb["label_ids"], rows[:, 1:])
+    assert mb["input_mask"].all() and mb["label_mask"].all()
+    assert mb["input_mask"].dtype == bool
+
+
+@pytest.mark.parametrize("shape", [(6,), (2, 1), (2, 3, 4)])
+def test_split_micro_batch_rejects_rows_of_the_wrong_shape(shape):
+    with pytest.raises(ValueError, match="micro_batch, seq_len \\+ 1"):
+        split_micro_batch(np.zeros(shape))
+
+
+def test_collator_keeps_inputs_on_the_first_stage_and_labels_on_the_last():
+    examples = [{"id": 0, "text": np.arange(5)}, {"id": 1, "text": np.arange(4, 9)}]
+    first = collate_clm(examples, pp_rank=0, input_pp_rank=0, output_pp_rank=2)
+    last = collate_clm(examples, pp_rank=2, input_pp_rank=0, output_pp_rank=2)
+    middle = collate_clm([{}, {}], pp_rank=1, input_pp_rank=0, output_pp_rank=2)
+    assert first["label_ids"] == TensorPointer(2) and last["input_ids"] == TensorPointer(0)
+    np.testing.assert_array_equal(last["label_ids"], np.vstack([e["text"][1:] for e in examples]))
+    assert all(isinstance(v, TensorPointer) for v in middle.values())
+    both = collate_clm(examples, pp_rank=0, input_pp_rank=0, output_pp_rank=0)
+    assert not any(isinstance(v, TensorPointer) for v in both.values())
