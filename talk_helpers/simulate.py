@@ -1,0 +1,290 @@
+"""Predict, without starting a process, where every sample of a sharded iterable dataset
+lands: which rank, which DataLoader worker, which micro-batch — and so how many batches
+each rank gets.
+
+It follows what DataLoader really does with an IterableDataset: every worker batches its
+own stream (so every worker ends with its own partial batch, or drops it with
+``drop_last``), and the main process takes batches from the workers in turn, skipping a
+worker once it is exhausted. With ``workers=0`` a rank is one stream.
+
+    >>> simulate([5, 3, 3, 3], nodes=2, workers=2, micro_batch_size=4).batches_per_rank
+    [3, 2]
+"""
+
+import html
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+POLICIES = ("round_robin", "contiguous", "modulo_samples", "nested_modulo")
+"""How samples reach a (rank, worker):
+
+- ``round_robin``: whole shards, rank r takes shards r, r+W, …; then worker w takes the
+  rank's shards w, w+num_workers, … (HF ``datasets`` when shards divide by world size,
+  webdataset's ``split_by_node`` + ``split_by_worker``).
+- ``contiguous``: whole shards, a contiguous block of shards per rank, then a contiguous
+  block of the rank's shards per worker (sizes differ by at most one shard).
+- ``modulo_samples``: sample i goes to the (rank, worker) with global index
+  ``i % (W * num_workers) == rank * num_workers + worker`` (shard sizes do not matter).
+- ``nested_modulo``: the talk's two-level modulo, ``i % W == rank and i % num_workers ==
+  worker``; when gcd(W, num_workers) > 1 some workers get nothing.
+"""
+
+
+def simulate(shard_sizes: Sequence[int], *, nodes: int, workers: int, micro_batch_size: int,
+             drop_last: bool = False, policy: str = "round_robin") -> "Simulation":
+    """Place every sample of shards of ``shard_sizes`` on ``nodes`` ranks × ``workers``
+    DataLoader workers and batch them like DataLoader does.
+
+    Sample ids are global: shard 0 holds ids 0..size0-1, shard 1 the next ones, and so on.
+    """
+    sizes = _check_sizes(shard_sizes)
+    _check_int("nodes", nodes, 1)
+    _check_int("workers", workers, 0)
+    _check_int("micro_batch_size", micro_batch_size, 1)
+    if not isinstance(drop_last, bool | np.bool_):
+        raise TypeError(f"drop_last must be True or False, got {drop_last!r}")
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+
+    streams = worker_streams(sizes, nodes=nodes, workers=workers, policy=policy)
+    batches = [_dataloader_batches(per_worker, micro_batch_size, bool(drop_last))
+               for per_worker in streams]
+    return Simulation(shard_sizes=tuple(int(s) for s in sizes), nodes=nodes, workers=workers,
+                      micro_batch_size=micro_batch_size, drop_last=bool(drop_last),
+                      policy=policy, worker_samples=streams, batches=batches)
+
+
+def worker_streams(shard_sizes: Sequence[int], *, nodes: int, workers: int,
+                   policy: str = "round_robin") -> list[list[np.ndarray]]:
+    """The sample ids each worker of each rank yields, in order: ``[rank][worker]``.
+
+    With ``workers=0`` each rank has a single stream (index 0)."""
+    sizes = _check_sizes(shard_sizes)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    shard_ids = [np.arange(starts[s], starts[s + 1], dtype=np.int64) for s in range(len(sizes))]
+    total = int(starts[-1])
+    n_streams = max(workers, 1)
+
+    def concat(indices) -> np.ndarray:
+        parts = [shard_ids[s] for s in indices]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    out: list[list[np.ndarray]] = []
+    for rank in range(nodes):
+        if policy == "round_robin":
+            mine = list(range(rank, len(sizes), nodes))
+            out.append([concat(mine[w::n_streams]) for w in range(n_streams)])
+        elif policy == "contiguous":
+            mine = _blocks(list(range(len(sizes))), nodes)[rank]
+            out.append([concat(block) for block in _blocks(mine, n_streams)])
+        elif policy == "modulo_samples":
+            ids = np.arange(total, dtype=np.int64)
+            out.append([ids[ids % (nodes * n_streams) == rank * n_streams + w]
+                        for w in range(n_streams)])
+        elif policy == "nested_modulo":
+            ids = np.arange(total, dtype=np.int64)
+            on_rank = ids[ids % nodes == rank]
+            out.append([on_rank[on_rank % n_streams == w] for w in range(n_streams)])
+        else:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    return out
+
+
+def shard_sizes_for(dataset_size: int, num_shards: int) -> list[int]:
+    """Contiguous shards whose sizes differ by at most one sample (the first ones larger),
+    as ``datasets.Dataset.to_iterable_dataset(num_shards)`` cuts them."""
+    _check_int("dataset_size", dataset_size, 0)
+    _check_int("num_shards", num_shards, 1)
+    if num_shards > dataset_size:
+        raise ValueError(f"num_shards ({num_shards}) must not exceed dataset_size "
+                         f"({dataset_size}): some shards would be empty")
+    base, extra = divmod(dataset_size, num_shards)
+    return [base + 1] * extra + [base] * (num_shards - extra)
+
+
+@dataclass(frozen=True)
+class RuleCheck:
+    """Seed 000's rule: ``remainder < shards_per_worker < micro_batch_size``."""
+
+    remainder: int
+    shards_per_worker: float
+    micro_batch_size: int
+
+    @property
+    def holds(self) -> bool:
+        return self.remainder < self.shards_per_worker < self.micro_batch_size
+
+    def __repr__(self) -> str:
+        mark = "✔ holds" if self.holds else "✘ broken"
+        return (f"rule {mark}: remainder {self.remainder} < shards_per_worker "
+                f"{self.shards_per_worker:g} < micro_batch_size {self.micro_batch_size}")
+
+
+def seed000_rule(dataset_size: int, num_shards: int, *, nodes: int, workers: int,
+                 micro_batch_size: int) -> RuleCheck:
+    """Evaluate seed 000's rule of thumb for choosing the number of shards."""
+    _check_int("dataset_size", dataset_size, 1)
+    _check_int("num_shards", num_shards, 1)
+    _check_int("nodes", nodes, 1)
+    _check_int("workers", workers, 1)
+    _check_int("micro_batch_size", micro_batch_size, 1)
+    return RuleCheck(dataset_size % num_shards, num_shards / (nodes * workers),
+                     micro_batch_size)
+
+
+def seed001_rule(shard_sizes: Sequence[int], *, nodes: int, workers: int) -> bool:
+    """Seed 001's rule: all shards equal and their count divisible by nodes × workers."""
+    sizes = _check_sizes(shard_sizes)
+    return bool(len(set(sizes.tolist())) == 1 and len(sizes) % (nodes * max(workers, 1)) == 0)
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """Where every sample goes; ``batches[rank]`` is the list of id arrays a rank iterates."""
+
+    shard_sizes: tuple[int, ...]
+    nodes: int
+    workers: int
+    micro_batch_size: int
+    drop_last: bool
+    policy: str
+    worker_samples: list[list[np.ndarray]] = field(repr=False)
+    batches: list[list[np.ndarray]] = field(repr=False)
+
+    @property
+    def batches_per_rank(self) -> list[int]:
+        return [len(b) for b in self.batches]
+
+    @property
+    def samples_per_rank(self) -> list[int]:
+        return [int(sum(len(x) for x in b)) for b in self.batches]
+
+    @property
+    def batches_per_worker(self) -> list[list[int]]:
+        """Batches each worker contributes, ``[rank][worker]``."""
+        b, drop = self.micro_batch_size, self.drop_last
+        return [[len(s) // b if drop else math.ceil(len(s) / b) for s in per_rank]
+                for per_rank in self.worker_samples]
+
+    @property
+    def idle_workers(self) -> list[tuple[int, int]]:
+        """(rank, worker) pairs that yield no sample at all."""
+        return [(r, w) for r, per_rank in enumerate(self.worker_samples)
+                for w, s in enumerate(per_rank) if len(s) == 0]
+
+    @property
+    def partial_batches(self) -> int:
+        return sum(1 for b in self.batches for x in b if len(x) < self.micro_batch_size)
+
+    @property
+    def dropped(self) -> int:
+        """Samples that never reach a batch (``drop_last`` throws each worker's rest away)."""
+        return int(sum(self.shard_sizes)) - sum(self.samples_per_rank)
+
+    @property
+    def ok(self) -> bool:
+        """True when every rank gets the same number of batches (DDP steps in lockstep)."""
+        return len(set(self.batches_per_rank)) == 1
+
+    def placement(self) -> dict[str, np.ndarray]:
+        """One row per sample id: its shard, rank, worker and batch index on the rank
+        (-1 for rank, worker and batch when the sample is dropped)."""
+        total = int(sum(self.shard_sizes))
+        shard = np.repeat(np.arange(len(self.shard_sizes)), self.shard_sizes)
+        rank = np.full(total, -1, dtype=np.int64)
+        worker = np.full(total, -1, dtype=np.int64)
+        batch = np.full(total, -1, dtype=np.int64)
+        for r, per_rank in enumerate(self.worker_samples):
+            for w, ids in enumerate(per_rank):
+                worker[ids] = w
+                rank[ids] = r
+        for per_rank in self.batches:
+            for i, ids in enumerate(per_rank):
+                batch[ids] = i
+        dropped = batch < 0
+        rank[dropped] = -1
+        worker[dropped] = -1
+        return {"id": np.arange(total), "shard": shard, "rank": rank, "worker": worker,
+                "batch": batch}
+
+    @property
+    def verdict(self) -> str:
+        counts = self.batches_per_rank
+        if self.ok:
+            return f"✔ every rank gets {counts[0]} batches: DDP steps in lockstep"
+        low = min(counts)
+        longer = [r for r, c in enumerate(counts) if c > low]
+        return (f"✘ batches per rank differ {counts}: at step {low + 1} rank(s) "
+                f"{', '.join(map(str, longer))} wait in a collective that the others never "
+                f"join → DDP hangs")
+
+    def _rows(self) -> list[tuple[int, int, int, str]]:
+        return [(r, self.batches_per_rank[r], self.samples_per_rank[r],
+                 " ".join(map(str, self.batches_per_worker[r])))
+                for r in range(self.nodes)]
+
+    def __repr__(self) -> str:
+        head = (f"{len(self.shard_sizes)} shards · {self.nodes} ranks × {self.workers} workers"
+                f" · micro-batch {self.micro_batch_size} · drop_last={self.drop_last}"
+                f" · {self.policy}")
+        lines = [head, "rank  batches  samples  batches per worker"]
+        lines += [f"{r:>4}  {b:>7}  {s:>7}  {w}" for r, b, s, w in self._rows()]
+        lines.append(self.verdict)
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        colour = "#009E73" if self.ok else "#D55E00"
+        rows = "".join(f"<tr><td>{r}</td><td>{b}</td><td>{s}</td><td>{w}</td></tr>"
+                       for r, b, s, w in self._rows())
+        head = html.escape(repr(self).splitlines()[0])
+        return (f"<div><p>{head}</p><table><tr><th>rank</th><th>batches</th>"
+                f"<th>samples</th><th>batches per worker</th></tr>{rows}</table>"
+                f"<p style='color:{colour};font-weight:bold'>{html.escape(self.verdict)}</p>"
+                "</div>")
+
+
+def _dataloader_batches(streams: list[np.ndarray], batch_size: int,
+                        drop_last: bool) -> list[np.ndarray]:
+    """Batch each worker's stream, then take one batch per worker in turn (exhausted
+    workers drop out of the rotation), as DataLoader's main process does."""
+    per_worker = []
+    for ids in streams:
+        n = len(ids) // batch_size if drop_last else math.ceil(len(ids) / batch_size)
+        per_worker.append([ids[i * batch_size:(i + 1) * batch_size] for i in range(n)])
+    rounds = max((len(b) for b in per_worker), default=0)
+    return [b[i] for i in range(rounds) for b in per_worker if i < len(b)]
+
+
+def _blocks(items: list, n: int) -> list[list]:
+    """``n`` contiguous blocks whose lengths differ by at most one (the first ones longer)."""
+    base, extra = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        stop = start + base + (1 if i < extra else 0)
+        out.append(items[start:stop])
+        start = stop
+    return out
+
+
+def _check_int(name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be ≥ {minimum}, got {value}")
+
+
+def _check_sizes(shard_sizes) -> np.ndarray:
+    if isinstance(shard_sizes, int | np.integer) or not hasattr(shard_sizes, "__len__"):
+        raise TypeError("shard_sizes must be a sequence of shard lengths, e.g. [5, 5, 3], "
+                        f"got {shard_sizes!r} (use shard_sizes_for(dataset_size, num_shards))")
+    sizes = np.asarray(shard_sizes)
+    if sizes.ndim != 1 or len(sizes) == 0:
+        raise ValueError(f"shard_sizes must be a non-empty flat sequence, got {shard_sizes!r}")
+    if not np.issubdtype(sizes.dtype, np.integer):
+        raise TypeError(f"shard_sizes must hold ints, got dtype {sizes.dtype}")
+    if (sizes < 0).any():
+        raise ValueError(f"shard sizes must be ≥ 0, got {sizes.tolist()}")
+    return sizes.astype(np.int64)

@@ -1,0 +1,171 @@
+"""Datasets and loader factories for notebooks 05 and 06 (DDP): every sample is its id.
+
+The ``make_*`` functions have the signature ``audit`` expects, ``make_loader(rank,
+world_size, epoch)``, once their settings are bound with ``functools.partial``.
+"""
+
+import os
+
+import torch.distributed as dist
+from torch.utils.data import (
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    get_worker_info,
+)
+
+POLICIES = ("round_robin", "contiguous", "modulo_samples", "nested_modulo")
+
+
+class ShardedIds(IterableDataset):
+    """Shards of ``shard_sizes`` consecutive ids, split over ranks then workers by
+    ``policy`` (see ``talk_helpers.simulate.POLICIES``). Rank and world size are given
+    when the dataset is built, so workers never ask torch.distributed."""
+
+    def __init__(self, shard_sizes, rank: int, world_size: int, policy: str = "round_robin"):
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank}")
+        self.shard_sizes = [int(s) for s in shard_sizes]
+        self.rank, self.world_size, self.policy = rank, world_size, policy
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        shards = []
+        start = 0
+        for size in self.shard_sizes:
+            shards.append(range(start, start + size))
+            start += size
+        total, world, rank = start, self.world_size, self.rank
+        if self.policy == "round_robin":
+            mine = shards[rank::world][worker::workers]
+            for shard in mine:
+                yield from shard
+        elif self.policy == "contiguous":
+            mine = _block(_block(shards, world, rank), workers, worker)
+            for shard in mine:
+                yield from shard
+        elif self.policy == "modulo_samples":
+            me = rank * workers + worker
+            yield from range(me, total, world * workers)
+        else:  # nested_modulo, the talk's two levels of modulo
+            for i in range(total):
+                if i % world == rank and i % workers == worker:
+                    yield i
+
+
+def _block(items: list, n: int, i: int) -> list:
+    """Block ``i`` of ``n`` contiguous blocks whose lengths differ by at most one."""
+    base, extra = divmod(len(items), n)
+    start = i * base + min(i, extra)
+    return items[start:start + base + (1 if i < extra else 0)]
+
+
+class WorkerShardedOnly(IterableDataset):
+    """Shards over DataLoader workers only: each rank reads the whole dataset."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        yield from range(worker, self.size, workers)
+
+
+class RankAskedInIter(IterableDataset):
+    """Asks torch.distributed for rank and world size inside ``__iter__``, with the usual
+    glue "no process group → single process". In a DataLoader worker started with spawn
+    or forkserver there is no process group, so every rank reads everything."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __iter__(self):
+        if dist.is_available() and dist.is_initialized():
+            rank, world = dist.get_rank(), dist.get_world_size()
+        else:
+            rank, world = 0, 1
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        yield from range(rank * workers + worker, self.size, world * workers)
+
+
+class RankCapturedAtBuild(IterableDataset):
+    """The fix: read rank and world size when the dataset is built (in the rank's main
+    process, where the process group exists), or from the RANK / WORLD_SIZE variables
+    that torchrun and run_world set; the workers get them with the pickled dataset."""
+
+    def __init__(self, size: int):
+        self.size = size
+        if dist.is_available() and dist.is_initialized():
+            self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        else:
+            self.rank = int(os.environ.get("RANK", 0))
+            self.world_size = int(os.environ.get("WORLD_SIZE", 1))
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        me, ways = self.rank * workers + worker, self.world_size * workers
+        yield from range(me, self.size, ways)
+
+
+class IdsMap(Dataset):
+    """Map-style: item i is i."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+# --- loader factories: make_loader(rank, world_size, epoch) once partially applied ----
+
+def make_sharded_loader(rank: int, world_size: int, epoch: int, *, shard_sizes,
+                        workers: int = 2, batch_size: int = 4, drop_last: bool = False,
+                        policy: str = "round_robin") -> DataLoader:
+    """Sharded ids over ranks × workers, batched per worker like any iterable dataset."""
+    dataset = ShardedIds(shard_sizes, rank, world_size, policy)
+    return DataLoader(dataset, batch_size=batch_size, num_workers=workers, drop_last=drop_last)
+
+
+def make_unsharded_loader(rank: int, world_size: int, epoch: int, *, size: int = 40,
+                          workers: int = 2, batch_size: int = 5) -> DataLoader:
+    """Worker sharding only: every rank reads every sample."""
+    return DataLoader(WorkerShardedOnly(size), batch_size=batch_size, num_workers=workers)
+
+
+def make_rank_in_iter_loader(rank: int, world_size: int, epoch: int, *, size: int = 40,
+                             workers: int = 2, batch_size: int = 5,
+                             context: str | None = "spawn") -> DataLoader:
+    """``dist.get_rank()`` inside ``__iter__``; workers started with ``context``."""
+    return DataLoader(RankAskedInIter(size), batch_size=batch_size, num_workers=workers,
+                      multiprocessing_context=context)
+
+
+def make_rank_at_build_loader(rank: int, world_size: int, epoch: int, *, size: int = 40,
+                              workers: int = 2, batch_size: int = 5,
+                              context: str | None = "spawn") -> DataLoader:
+    """The fix: rank and world size captured when the dataset is built."""
+    return DataLoader(RankCapturedAtBuild(size), batch_size=batch_size, num_workers=workers,
+                      multiprocessing_context=context)
+
+
+def make_sampler_loader(rank: int, world_size: int, epoch: int, *, size: int = 10,
+                        batch_size: int = 2, drop_last: bool = False, shuffle: bool = True,
+                        set_epoch: bool = True, workers: int = 0) -> DataLoader:
+    """Map-style ids with DistributedSampler (``set_epoch(epoch)`` when asked)."""
+    sampler = DistributedSampler(IdsMap(size), num_replicas=world_size, rank=rank,
+                                 shuffle=shuffle, seed=0, drop_last=drop_last)
+    if set_epoch:
+        sampler.set_epoch(epoch)
+    return DataLoader(IdsMap(size), batch_size=batch_size, sampler=sampler,
+                      num_workers=workers)
