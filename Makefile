@@ -10,7 +10,7 @@ NBVAL  := $(BIN)/python -m pytest --nbval --nbval-current-env \
           --nbval-sanitize-with notebooks/sanitize.cfg --timeout=600 -p no:cacheprovider
 
 .PHONY: setup lab test lint unit notebooks notebooks-fork notebooks-spawn browser \
-        chromium outputs imgs slides bench clean
+        chromium outputs imgs present slides bench clean
 
 # Installs only when the pins change: a second `make test` goes straight to the tests.
 $(STAMP): requirements.txt pyproject.toml
@@ -57,6 +57,15 @@ outputs: $(STAMP)
 
 imgs: $(STAMP)
 	$(BIN)/python -m talk_helpers.diagrams imgs/
+
+# Presenting with RISE saves the notebook it shows: present from a copy.
+present: $(STAMP)
+	rm -rf build/talk && mkdir -p build/talk && cp -r notebooks imgs build/talk/
+	$(BIN)/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
+	  --ServerApp.root_dir=build/talk build/talk/notebooks/00_index.ipynb
+
+slides: $(STAMP)
+	$(BIN)/python scripts/build_slides.py build/slides
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/loader_throughput.py

@@ -1,0 +1,88 @@
+"""The map of the collection, read from the notebooks themselves so it cannot drift."""
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+
+PLANNED = {
+    "01_map_style_and_iterable.ipynb": "Map-style and iterable datasets",
+    "02_workers_and_sharding.ipynb": "Workers and sharding",
+    "03_shuffling.ipynb": "Shuffling",
+    "04_seeds_and_epochs.ipynb": "Seeds and epochs",
+    "05_ddp_sharding.ipynb": "DDP sharding",
+    "06_uneven_batches_and_hangs.ipynb": "Uneven batches and hangs",
+    "07_3d_parallelism.ipynb": "Data under 3D parallelism",
+    "08_fast_loading.ipynb": "Fast loading",
+    "09_the_exercise_solved.ipynb": "The exercise, solved",
+    "10_auditing_real_libraries.ipynb": "Auditing real libraries",
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One notebook of the collection: its file, title and what it teaches."""
+
+    file: str
+    title: str
+    teaches: tuple[str, ...]
+    exists: bool
+
+
+@dataclass(frozen=True)
+class CollectionMap:
+    """A table of the notebooks with a checklist of what each one teaches."""
+
+    entries: tuple[Entry, ...]
+
+    def __repr__(self) -> str:
+        lines = []
+        for e in self.entries:
+            mark = "" if e.exists else "  (coming)"
+            lines.append(f"{e.file}: {e.title}{mark}")
+            lines.extend(f"    ☐ {item}" for item in e.teaches)
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        rows = []
+        for e in self.entries:
+            name = (f'<a href="{e.file}">{html.escape(e.title)}</a>' if e.exists
+                    else f"{html.escape(e.title)} <em>(coming)</em>")
+            items = "".join(f"<li>☐ {html.escape(t)}</li>" for t in e.teaches)
+            rows.append(f"<tr><td><code>{e.file[:2]}</code></td><td>{name}</td>"
+                        f"<td><ul style='margin:0'>{items}</ul></td></tr>")
+        return ("<table><tr><th>#</th><th>notebook</th><th>you will learn</th></tr>"
+                + "".join(rows) + "</table>")
+
+
+def collection_map(notebook_dir: Path = NOTEBOOK_DIR) -> CollectionMap:
+    """Every planned notebook with the bullets of its 'What you will learn' section."""
+    entries = []
+    for file, planned_title in PLANNED.items():
+        path = Path(notebook_dir) / file
+        if path.exists():
+            title, teaches = _read_intro(path)
+            entries.append(Entry(file, title or planned_title, teaches, True))
+        else:
+            entries.append(Entry(file, planned_title, (), False))
+    return CollectionMap(tuple(entries))
+
+
+def _read_intro(path: Path) -> tuple[str, tuple[str, ...]]:
+    """The title and 'What you will learn' bullets of a notebook's first markdown cell."""
+    cells = json.loads(path.read_text())["cells"]
+    first = next(("".join(c["source"]) for c in cells if c["cell_type"] == "markdown"), "")
+    title, teaches, in_section = "", [], False
+    for line in first.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("# ") and not title:
+            title = stripped[2:].split("·", 1)[-1].strip()
+        elif "what you will learn" in stripped.lower():
+            in_section = True
+        elif in_section and stripped.startswith(("- ", "* ")):
+            teaches.append(stripped[2:].strip())
+        elif in_section and stripped:
+            in_section = False
+    return title, tuple(teaches)

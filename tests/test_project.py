@@ -1,0 +1,130 @@
+"""The project's promises about itself: pins agree, notebooks are clean, links resolve."""
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _requirements_pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[name.lower()] = version
+    return pins
+
+
+def _environment_pins() -> dict[str, str]:
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    pins = {}
+    for line in pip_section:
+        if "==" in line:
+            name, version = line.split("==")
+            pins[name.lower()] = version
+    return pins
+
+
+def test_environment_yml_pins_the_same_versions_as_requirements():
+    assert _environment_pins() == _requirements_pins()
+
+
+def test_environment_yml_uses_python_3_11_from_conda_forge():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert env["channels"] == ["conda-forge"]
+    assert "python=3.11" in env["dependencies"]
+
+
+def test_torch_is_pinned_exactly_so_no_cuda_build_is_pulled():
+    assert _requirements_pins()["torch"] == "2.13.0"
+
+
+def test_pyproject_ranges_admit_every_pin_and_have_upper_bounds():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        declared.extend(extra)
+    pins = _requirements_pins()
+    for text in declared:
+        req = Requirement(text)
+        assert any(s.operator in ("<", "<=", "==", "~=") for s in req.specifier), text
+        pinned = pins.get(req.name.lower())
+        assert pinned is not None, f"{req.name} is declared in pyproject but not pinned"
+        assert req.specifier.contains(Version(pinned)), f"{text} rejects the pin {pinned}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_outputs_come_from_one_clean_run(path):
+    nb = json.loads(path.read_text())
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1))
+    for cell in nb["cells"]:
+        assert "execution" not in cell.get("metadata", {}), "per-cell timing metadata"
+    for cell in code:
+        errors = [o for o in cell["outputs"] if o["output_type"] == "error"]
+        if errors:
+            assert "raises-exception" in cell["metadata"].get("tags", []), cell["source"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_notebook_starts_with_the_setup_cell(path):
+    nb = json.loads(path.read_text())
+    first_code = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    assert "setup_notebook()" in "".join(first_code["source"])
+
+
+def _readme_links() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+def test_readme_links_point_at_files_that_exist():
+    for link in _readme_links():
+        if link.startswith(("http://", "https://", "#")):
+            continue
+        assert (ROOT / link.split("#")[0]).exists(), link
+
+
+def test_binder_links_open_existing_notebooks():
+    targets = [m for link in _readme_links() for m in re.findall(r"labpath=([^&)]+)", link)]
+    assert targets, "the README has no Binder links"
+    for target in targets:
+        assert (ROOT / target).is_file(), target
+
+
+def test_every_notebook_is_linked_from_the_readme_and_the_index():
+    readme = (ROOT / "README.md").read_text()
+    index = (ROOT / "notebooks" / "00_index.ipynb").read_text()
+    for path in NOTEBOOKS:
+        assert f"notebooks/{path.name}" in readme, path.name
+        if path.name != "00_index.ipynb":
+            assert path.name in index, path.name
+
+
+def test_importing_every_talk_helpers_module_starts_no_process():
+    script = (
+        "import pkgutil, importlib, psutil, torch.distributed as dist, talk_helpers\n"
+        "for m in pkgutil.walk_packages(talk_helpers.__path__, 'talk_helpers.'):\n"
+        "    if not m.name.endswith('__main__') and '.demos.' not in m.name:\n"
+        "        importlib.import_module(m.name)\n"
+        "assert not dist.is_initialized()\n"
+        "assert psutil.Process().children() == [], psutil.Process().children()\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
