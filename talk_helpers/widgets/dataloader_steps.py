@@ -1,0 +1,233 @@
+"""Step through a DataLoader epoch: main process, index queues, workers, result queue.
+
+The batches, the worker that built each one and the order the main process received
+them come from a real run (:func:`talk_helpers.trace.run_loader`). The steps in between
+replay DataLoader's own rules (prefetch ``prefetch_factor`` tasks per worker, hand tasks
+out round-robin, deliver in task order, one new task per batch taken), with the workers
+taking turns in lockstep. Real workers run concurrently, so their timing differs from run
+to run; :func:`replay` checks that the replay delivers exactly the recorded batches.
+
+    from talk_helpers.widgets.dataloader_steps import step_through
+    step_through(run)          # a slider over every step
+"""
+
+import html
+from collections import deque
+from dataclasses import dataclass
+
+from talk_helpers.notebook import PALETTE
+
+__all__ = ["Step", "replay", "render_step", "step_through"]
+
+DONE = "done"
+
+
+@dataclass(frozen=True)
+class Step:
+    """Everything visible after one step."""
+
+    caption: str
+    index_queues: tuple      # per worker: tuple of (task, label)
+    workers: tuple           # per worker: a short status
+    result_queue: tuple      # (task, worker, ids or DONE), oldest first
+    delivered: tuple         # (worker, ids) handed to the training loop so far
+
+
+def replay(run) -> list:
+    """The steps of ``run`` (a LoaderRun with num_workers ≥ 1), first to last."""
+    if run.num_workers < 1:
+        raise ValueError(f"run.num_workers must be ≥ 1 to show workers, got {run.num_workers}")
+    return _Replay(run).steps
+
+
+class _Replay:
+    def __init__(self, run):
+        self.run, n = run, run.num_workers
+        self.queues = [deque() for _ in range(n)]
+        self.status = ["waiting"] * n
+        self.output = [deque(b.ids for b in run.batches_of(w)) for w in range(n)]
+        self.ended = [False] * n       # the worker found its iterator exhausted
+        self.active = [True] * n       # the main process still sends it tasks
+        self.cycle, self.send_idx, self.rcvd_idx = 0, 0, 0
+        self.task_worker, self.stash = {}, {}
+        self.results, self.delivered, self.steps = deque(), [], []
+        self.sends = iter(run.sends) if run.kind == "map-style" else None
+        self._play()
+        got = [(b.worker, tuple(b.ids)) for b in run.batches]
+        if self.delivered != got:
+            raise AssertionError("the replay does not deliver the recorded batches")
+
+    def _snap(self, caption):
+        self.steps.append(Step(
+            caption,
+            tuple(tuple(q) for q in self.queues),
+            tuple(self.status),
+            tuple(self.results),
+            tuple(self.delivered)))
+
+    def _label(self, payload):
+        if payload is None:
+            return f"{[None] * self.run.batch_size}"
+        return f"{list(payload)}"
+
+    def _try_put(self):
+        """One new task to the next active worker; its description, or '' if none."""
+        if self.sends is not None:
+            payload = next(self.sends, StopIteration)
+            if payload is StopIteration:
+                return ""
+        else:
+            payload = None
+        n = self.run.num_workers
+        for _ in range(n):
+            worker = self.cycle
+            self.cycle = (self.cycle + 1) % n
+            if self.active[worker]:
+                break
+        else:
+            return ""
+        task = self.send_idx
+        self.queues[worker].append((task, self._label(payload)))
+        self.task_worker[task] = worker
+        self.send_idx += 1
+        return f"sends task {task} {self._label(payload)} to worker {worker}"
+
+    def _play(self):
+        n, kind = self.run.num_workers, self.run.kind
+        what = ("the indices of one batch" if kind == "map-style"
+                else "'next batch, please' (one None per sample)")
+        self._snap(f"The main process starts {n} workers. Each has its own index queue; "
+                   f"all share one result queue. A task is {what}.")
+        for _ in range(self.run.prefetch_factor * n):
+            sent = self._try_put()
+            if sent:
+                self._snap(f"Prefetch: the main process {sent}.")
+        while True:
+            while self.rcvd_idx < self.send_idx:
+                worker = self.task_worker[self.rcvd_idx]
+                if self.rcvd_idx in self.stash or self.active[worker]:
+                    break
+                self.rcvd_idx += 1
+            else:
+                self.status = ["stopped"] * n
+                self._snap("No task is left: the epoch ends and the workers shut down.")
+                return
+            if self.rcvd_idx in self.stash:
+                self._deliver(self.rcvd_idx, self.stash.pop(self.rcvd_idx))
+            elif self.results:
+                task, worker, ids = self.results.popleft()
+                if ids == DONE:
+                    self.active[worker] = False
+                    sent = self._try_put()
+                    then = f" and {sent}" if sent else ""
+                    self._snap(f"The main process reads 'worker {worker} is exhausted', "
+                               f"stops sending it tasks{then}.")
+                elif task == self.rcvd_idx:
+                    self._deliver(task, (worker, ids))
+                else:
+                    self.stash[task] = (worker, ids)
+                    self._snap(f"Batch of task {task} arrived early: the main process keeps "
+                               f"it aside until task {self.rcvd_idx} is delivered.")
+            else:
+                self._work()
+
+    def _deliver(self, task, result):
+        worker, ids = result
+        self.rcvd_idx += 1
+        sent = self._try_put()
+        self.delivered.append((worker, ids))
+        then = f", {sent}" if sent else ""
+        self._snap(f"The main process takes task {task}'s batch (worker {worker}){then} "
+                   f"and hands the batch to your training loop.")
+
+    def _work(self):
+        done = []
+        for worker, queue in enumerate(self.queues):
+            if not queue:
+                self.status[worker] = "exhausted" if self.ended[worker] else "waiting"
+                continue
+            task, _ = queue.popleft()
+            if self.ended[worker]:
+                self.status[worker] = f"ignores task {task}"
+                continue
+            if self.output[worker]:
+                ids = self.output[worker].popleft()
+                self.results.append((task, worker, ids))
+                call = "dataset[i] for each index" if self.run.kind == "map-style" else "next()"
+                self.status[worker] = f"task {task}: {call} → batch"
+                done.append(f"worker {worker} builds task {task}'s batch")
+            else:
+                self.ended[worker] = True
+                self.results.append((task, worker, DONE))
+                self.status[worker] = f"task {task}: next() raises StopIteration"
+                done.append(f"worker {worker} is exhausted")
+        self._snap("Workers run in parallel: " + "; ".join(done) + ". Results go to the "
+                   "result queue." if done else "Workers have nothing to do.")
+
+
+# --- Drawing -------------------------------------------------------------------------------
+
+def _text_colour(background):
+    return "#000" if background in ("#E69F00", "#56B4E9", "#F0E442", "#009E73") else "#fff"
+
+
+def _chip(text, worker, dim=False):
+    colour = PALETTE[worker % len(PALETTE)]
+    style = (f"background:{colour};color:{_text_colour(colour)};padding:1px 5px;"
+             "margin:1px;border-radius:4px;display:inline-block;font-family:monospace;"
+             f"font-size:85%;{'opacity:0.45;' if dim else ''}")
+    return f'<span style="{style}">{html.escape(text)}</span>'
+
+
+def render_step(steps, k) -> str:
+    """HTML for step ``k`` of ``steps`` (from :func:`replay`)."""
+    step, n = steps[k], len(steps[k].workers)
+    cell = "border:1px solid #bbb;padding:4px;vertical-align:top;"
+    head = "".join(f'<th style="{cell}">{h}</th>' for h in
+                   ("main process", "index queue", "worker", "result queue", "training loop got"))
+    results = " ".join(_chip(f"t{t}: " + ("done" if ids == DONE else str(list(ids))), w)
+                       for t, w, ids in step.result_queue) or "empty"
+    delivered = " ".join(_chip(str(list(ids)), w) for w, ids in step.delivered) or "nothing yet"
+    rows = []
+    for w in range(n):
+        queue = " ".join(_chip(f"t{t}: {label}", w) for t, label in step.index_queues[w])
+        worker = _chip(f"worker {w}", w) + f"<br><small>{html.escape(step.workers[w])}</small>"
+        row = f'<td style="{cell}">{queue or "empty"}</td><td style="{cell}">{worker}</td>'
+        if w == 0:
+            span = f'rowspan="{n}"'
+            row = (f'<td {span} style="{cell}width:14%">sent {_sent(steps, k)} tasks'
+                   f'<br>received {len(step.delivered)} batches</td>' + row +
+                   f'<td {span} style="{cell}width:22%">{results}</td>'
+                   f'<td {span} style="{cell}width:26%">{delivered}</td>')
+        rows.append(f"<tr>{row}</tr>")
+    caption = f"<p><b>Step {k} of {len(steps) - 1}.</b> {html.escape(step.caption)}</p>"
+    return (f'{caption}<table style="border-collapse:collapse;font-size:90%">'
+            f"<tr>{head}</tr>{''.join(rows)}</table>")
+
+
+def _sent(steps, k):
+    """How many tasks the main process has sent by step k."""
+    seen = set()
+    for step in steps[:k + 1]:
+        for queue in step.index_queues:
+            seen.update(t for t, _ in queue)
+        seen.update(t for t, _, _ in step.result_queue)
+    return len(seen)
+
+
+def step_through(run, start=0):
+    """A slider (with a play button) over every step of ``run``'s replay."""
+    import ipywidgets as widgets
+
+    steps = replay(run)
+    slider = widgets.IntSlider(value=start, min=0, max=len(steps) - 1, description="step",
+                               continuous_update=True)
+    play = widgets.Play(value=start, min=0, max=len(steps) - 1, interval=1200)
+    widgets.jslink((play, "value"), (slider, "value"))
+    view = widgets.HTML(render_step(steps, start))
+
+    def show(change):
+        view.value = render_step(steps, change["new"])
+
+    slider.observe(show, names="value")
+    return widgets.VBox([widgets.HBox([play, slider]), view])
