@@ -24,6 +24,7 @@ __all__ = [
     "check_batch_sizes",
     "check_exactly_once",
     "ids_of",
+    "shuffle_report",
 ]
 
 OK_COLOUR = "#009E73"  # Okabe-Ito bluish green
@@ -109,7 +110,7 @@ def check_batch_sizes(batches, batch_size: int) -> BatchSizeReport:
             "wrap a loader in list(...) first"
         )
     per_batch = tuple(
-        int(_ids(batch, f"batches[{i}]").size) for i, batch in enumerate(batches)
+        int(_ids(batch, "batches", f"batches[{i}]").size) for i, batch in enumerate(batches)
     )
     return BatchSizeReport(batch_size=int(batch_size), per_batch=per_batch)
 
@@ -130,6 +131,19 @@ class ExactlyOnceReport:
     def ok(self) -> bool:
         """True when every expected id was seen once and no other id was seen."""
         return not (self.duplicate_ids.size or self.missing_ids.size or self.unexpected_ids.size)
+
+    @property
+    def duplicated_count(self) -> int:
+        """How many distinct ids were seen more than once."""
+        return int(self.duplicate_ids.size)
+
+    @property
+    def missing_count(self) -> int:
+        return int(self.missing_ids.size)
+
+    @property
+    def unexpected_count(self) -> int:
+        return int(self.unexpected_ids.size)
 
     @cached_property
     def duplicates(self) -> dict[int, int]:
@@ -297,6 +311,7 @@ class BatchSizeReport:
 # ---------------------------------------------------------------- internals
 
 _EMPTY = np.empty(0, dtype=np.int64)
+_INT64_MAX = np.iinfo(np.int64).max
 
 
 def _is_int(value) -> bool:
@@ -313,12 +328,16 @@ def _ids(obj, name: str, where: str = "") -> np.ndarray:
 
 def _flatten(obj, name: str, where: str) -> np.ndarray:
     if _is_int(obj):
+        if obj > _INT64_MAX:
+            raise ValueError(f"{name} ids must fit in int64, got {obj}{_at(name, where)}")
         return np.array([obj], dtype=np.int64)
     if isinstance(obj, torch.Tensor):
         _check_kind(_torch_kind(obj.dtype), f"{obj.dtype} tensor", name, where)
         return obj.detach().reshape(-1).to("cpu", torch.int64).numpy()
     if isinstance(obj, np.ndarray):
         _check_kind(obj.dtype.kind, f"{obj.dtype} array", name, where)
+        if obj.dtype == np.uint64 and obj.size and obj.max() > _INT64_MAX:
+            raise ValueError(f"{name} ids must fit in int64, got {obj.max()}{_at(name, where)}")
         return obj.reshape(-1).astype(np.int64, copy=False)
     if isinstance(obj, range):
         return np.arange(obj.start, obj.stop, obj.step, dtype=np.int64)
@@ -484,4 +503,7 @@ def _html(ok: bool, verdict: str, examples: list[tuple[str, str]]) -> str:
         for k, v in examples
     )
     return f'{head}<table style="margin:2px 0 0 1.5em">{rows}</table></div>'
-from talk_helpers.mixing import shuffle_report  # noqa: E402,F401
+
+
+# Imported last so that talk_helpers.mixing may itself import from this module.
+from talk_helpers.mixing import shuffle_report  # noqa: E402

@@ -1,0 +1,339 @@
+"""The checks every notebook ends on: exactly once, batches per rank, batch sizes."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from talk_helpers.checks import (
+    check_batch_counts,
+    check_batch_sizes,
+    check_exactly_once,
+    ids_of,
+)
+
+# ---------------------------------------------------------------- ids_of
+
+
+def test_ids_of_flattens_every_supported_container():
+    samples = [
+        3,
+        np.int32(4),
+        torch.tensor([[5, 6], [7, 8]]),
+        np.array([9, 10], dtype=np.uint16),
+        {"id": torch.tensor([11]), "x": torch.zeros(1, 3)},
+        [{"id": 12}, {"id": [13, 14]}],
+        (15, 16),
+        [],
+    ]
+    ids = ids_of(samples)
+    assert ids.dtype == np.int64
+    assert ids.tolist() == list(range(3, 17))
+
+
+def test_ids_of_accepts_a_list_of_tensor_batches_of_any_integer_dtype():
+    batches = [torch.tensor([0, 1], dtype=torch.int32), torch.tensor([2], dtype=torch.uint8),
+               torch.tensor(3), torch.tensor([[4], [5]])]
+    assert ids_of(batches).tolist() == [0, 1, 2, 3, 4, 5]
+
+
+def test_ids_of_a_scalar_int_is_one_id():
+    assert ids_of(7).tolist() == [7]
+
+
+@pytest.mark.parametrize(
+    "bad, got",
+    [
+        ([1.5], "float"),
+        (torch.tensor([1.0]), "float"),
+        (np.array([2.0]), "float"),
+        ([[1], [2.0]], "float"),
+        ([True, 1], "bool"),
+        (torch.tensor([True]), "bool"),
+        ("abc", "str"),
+        ([1, "a"], "str"),
+    ],
+)
+def test_non_integer_samples_are_rejected_naming_the_argument(bad, got):
+    with pytest.raises(TypeError, match=f"samples must hold integer ids, got {got}"):
+        ids_of(bad)
+
+
+def test_negative_ids_are_rejected_with_an_example():
+    with pytest.raises(ValueError, match="samples contains negative ids, e.g. -3"):
+        ids_of([torch.tensor([1, -3]), 2])
+
+
+def test_unsupported_types_are_rejected_naming_the_argument_and_position():
+    with pytest.raises(TypeError, match=r"samples must hold ints.*NoneType at samples\[1\]"):
+        ids_of([1, None])
+
+
+def test_ids_beyond_int64_are_rejected_instead_of_wrapping_around():
+    with pytest.raises(ValueError, match="samples ids must fit in int64"):
+        ids_of([1, 2**70])
+    with pytest.raises(ValueError, match="samples ids must fit in int64"):
+        ids_of(np.array([2**63], dtype=np.uint64))
+
+
+def test_a_dict_without_an_id_key_is_rejected():
+    with pytest.raises(TypeError, match="samples dicts must have an 'id' key"):
+        ids_of([{"x": 1}])
+
+
+# ---------------------------------------------------------------- check_exactly_once
+
+
+def test_every_id_once_is_ok():
+    report = check_exactly_once(torch.randperm(100), 100)
+    assert report.ok
+    assert (report.expected_count, report.unique_count, report.seen_count) == (100, 100, 100)
+    assert report.duplicates == {} and report.missing == [] and report.unexpected == []
+    assert repr(report) == "✔ 100 expected · 100 unique · 0 duplicated · 0 missing"
+
+
+def test_duplicates_are_counted_per_id():
+    report = check_exactly_once([0, 1, 1, 2, 2, 2, 3], 4)
+    assert not report.ok
+    assert report.duplicates == {1: 2, 2: 3}
+    assert report.seen_count == 7 and report.unique_count == 4
+    assert (report.duplicated_count, report.missing_count, report.unexpected_count) == (2, 0, 0)
+
+
+def test_missing_ids_are_listed_sorted():
+    report = check_exactly_once([4, 0, 2], 6)
+    assert report.missing == [1, 3, 5]
+    assert repr(report) == "✘ 6 expected · 3 unique · 0 duplicated · 3 missing"
+
+
+def test_unexpected_ids_are_listed_and_shown():
+    report = check_exactly_once([0, 1, 2, 9, 7], 3)
+    assert report.unexpected == [7, 9]
+    assert not report.ok
+    assert repr(report).endswith("· 2 unexpected")
+
+
+def test_repr_matches_the_talk_example():
+    samples = list(range(46)) + list(range(46, 67)) * 2  # 21 ids twice, 33 never
+    report = check_exactly_once(samples, 100)
+    assert repr(report) == "✘ 100 expected · 67 unique · 21 duplicated · 33 missing"
+
+
+def test_summary_shows_a_few_examples_of_each_problem():
+    report = check_exactly_once([0, 0, 0, 50] + list(range(2, 40)), 40)
+    text = report.summary(limit=3)
+    assert "duplicated: 0 ×3" in text
+    assert "missing: 1" in text
+    assert "unexpected: 50" in text
+    many = check_exactly_once([], 1000).summary(limit=5)
+    assert "missing: 0, 1, 2, 3, 4, … (+995 more)" in many
+
+
+def test_html_is_green_when_ok_and_red_with_examples_when_not():
+    assert "#009E73" in check_exactly_once([0, 1], 2)._repr_html_()
+    bad = check_exactly_once([0, 0], 2)._repr_html_()
+    assert "#D55E00" in bad and "missing" in bad and "0 ×2" in bad
+
+
+def test_empty_samples_with_nothing_expected_is_ok():
+    assert check_exactly_once([], 0).ok
+
+
+def test_empty_expected_with_samples_is_an_error_naming_both():
+    with pytest.raises(ValueError, match="expected is empty but samples holds 2"):
+        check_exactly_once([0, 1], [])
+
+
+@pytest.mark.parametrize(
+    "expected",
+    [range(5, 10), [9, 5, 7, 6, 8], np.arange(5, 10), torch.arange(5, 10)],
+)
+def test_expected_can_be_any_collection_of_ids(expected):
+    assert check_exactly_once([torch.tensor([5, 6]), [7, 8], 9], expected).ok
+    assert check_exactly_once([5, 6, 7, 8], expected).missing == [9]
+    assert check_exactly_once([0, 5, 6, 7, 8, 9], expected).unexpected == [0]
+
+
+def test_expected_zero_to_n_as_a_list_behaves_like_n():
+    assert repr(check_exactly_once([0, 0, 2], [2, 1, 0])) == repr(check_exactly_once([0, 0, 2], 3))
+
+
+def test_lists_of_batches_from_a_loader_are_checked_as_one_stream():
+    batches = [torch.tensor([0, 1, 2]), torch.tensor([3, 4, 5]), torch.tensor([6, 3])]
+    report = check_exactly_once(batches, 8)
+    assert report.duplicates == {3: 2} and report.missing == [7]
+
+
+def test_numpy_and_dict_batches_are_checked():
+    batches = [{"id": np.array([0, 1]), "x": np.zeros(2)}, {"id": np.array([2, 3])}]
+    assert check_exactly_once(batches, 4).ok
+
+
+def test_sparse_large_ids_are_checked_without_a_huge_table():
+    big = 10**15
+    report = check_exactly_once([big, big, 3], [3, big, big + 1])
+    assert report.duplicates == {big: 2}
+    assert report.missing == [big + 1]
+
+
+def test_ten_million_ids_are_checked_correctly():
+    rng = np.random.default_rng(0)
+    ids = rng.permutation(10_000_000)
+    lost = np.sort(ids[:500])
+    ids[:500] = ids[500:1000]  # 500 ids twice, 500 never
+    report = check_exactly_once(list(torch.from_numpy(ids).split(4096)), 10_000_000)
+    assert report.seen_count == 10_000_000
+    assert report.duplicates == dict.fromkeys(np.sort(ids[:500]).tolist(), 2)
+    assert report.missing == lost.tolist()
+    assert report.unique_count == 10_000_000 - 500
+
+
+@pytest.mark.parametrize(
+    "expected, error, message",
+    [
+        (-1, ValueError, "expected must be an int N >= 0"),
+        (2.5, TypeError, "expected must be an int N"),
+        ([0, 1, 1], ValueError, "expected holds duplicate ids, e.g. 1"),
+        ([-2, 1], ValueError, "expected contains negative ids, e.g. -2"),
+        (["a"], TypeError, "expected must hold integer ids, got str"),
+        (torch.tensor([0.0]), TypeError, "expected must hold integer ids, got float"),
+    ],
+)
+def test_bad_expected_is_rejected_naming_the_argument(expected, error, message):
+    with pytest.raises(error, match=message):
+        check_exactly_once([0], expected)
+
+
+def test_bad_samples_are_rejected_by_check_exactly_once_naming_the_argument():
+    with pytest.raises(TypeError, match="samples must hold integer ids, got float"):
+        check_exactly_once([0.0], 1)
+
+
+def _reference(samples: list[int], n: int) -> tuple:
+    seen = Counter(samples)
+    return (
+        {i: c for i, c in seen.items() if c > 1},
+        [i for i in range(n) if i not in seen],
+        sorted(i for i in seen if i >= n),
+        len(seen),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    samples=st.lists(st.integers(0, 60), max_size=80),
+    n=st.integers(0, 50),
+    batch=st.integers(1, 7),
+)
+def test_check_agrees_with_a_counter_reference(samples, n, batch):
+    if n == 0 and samples:
+        return
+    batches = [torch.tensor(samples[i:i + batch]) for i in range(0, len(samples), batch)]
+    report = check_exactly_once(batches, n)
+    duplicates, missing, unexpected, unique = _reference(samples, n)
+    assert report.duplicates == duplicates
+    assert report.missing == missing
+    assert report.unexpected == unexpected
+    assert report.unique_count == unique
+    assert report.ok == (not duplicates and not missing and not unexpected)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    samples=st.lists(st.integers(0, 2**62), max_size=30),
+    expected=st.sets(st.integers(0, 2**62), min_size=1, max_size=30),
+)
+def test_sparse_check_agrees_with_a_counter_reference(samples, expected):
+    report = check_exactly_once(samples, sorted(expected))
+    seen = Counter(samples)
+    assert report.duplicates == {i: c for i, c in seen.items() if c > 1}
+    assert report.missing == sorted(expected - set(seen))
+    assert report.unexpected == sorted(set(seen) - expected)
+
+
+def test_shuffle_report_is_importable_with_the_other_checks():
+    from talk_helpers import checks, mixing
+
+    assert checks.shuffle_report is mixing.shuffle_report
+
+
+# ---------------------------------------------------------------- check_batch_counts
+
+
+def test_equal_batch_counts_are_ok():
+    report = check_batch_counts([5, 5])
+    assert report.ok and report.counts == (5, 5)
+    assert repr(report) == "✔ batches per rank: 5 on each of 2 ranks"
+    assert check_batch_counts({1: 3, 0: 3}).ok
+
+
+def test_unequal_batch_counts_name_the_step_where_ddp_blocks():
+    report = check_batch_counts({0: 5, 1: 4})
+    assert not report.ok
+    assert (report.min, report.max, report.blocking_step) == (4, 5, 5)
+    assert repr(report) == (
+        "✘ batches per rank: rank 0: 5 · rank 1: 4 — DDP would block at step 5 (rank 1 has stopped)"
+    )
+    assert "#D55E00" in report._repr_html_()
+
+
+def test_several_stopped_ranks_are_all_named():
+    report = check_batch_counts([3, 2, 2, 3])
+    assert report.stopped_ranks == (1, 2)
+    assert "(ranks 1, 2 have stopped)" in repr(report)
+
+
+@pytest.mark.parametrize(
+    "counts, error, message",
+    [
+        ([], ValueError, "counts is empty"),
+        ([3, -1], ValueError, "counts must be >= 0, got -1 for rank 1"),
+        ({0: 1, 2: 1}, ValueError, "counts keys must be the ranks 0..1"),
+        ([1.5], TypeError, "counts must hold integer batch counts"),
+        (5, TypeError, "counts must be a sequence"),
+    ],
+)
+def test_bad_batch_counts_are_rejected_naming_the_argument(counts, error, message):
+    with pytest.raises(error, match=message):
+        check_batch_counts(counts)
+
+
+# ---------------------------------------------------------------- check_batch_sizes
+
+
+def test_full_batches_are_ok():
+    report = check_batch_sizes([torch.arange(4)] * 3, 4)
+    assert report.ok and report.partial == 0 and report.sizes == Counter({4: 3})
+    assert repr(report) == "✔ 3 batches of 4"
+
+
+def test_partial_batches_are_counted_and_listed():
+    batches = [list(range(32))] * 8 + [list(range(7)), list(range(3))]
+    report = check_batch_sizes(batches, 32)
+    assert not report.ok
+    assert report.partial == 2 and report.oversized == 0
+    assert report.sizes == Counter({32: 8, 7: 1, 3: 1})
+    assert repr(report) == "✘ 10 batches: 8 of 32, 2 partial (7, 3)"
+
+
+def test_oversized_batches_are_reported():
+    report = check_batch_sizes([{"id": torch.arange(6)}, {"id": torch.arange(4)}], 4)
+    assert report.oversized == 1
+    assert repr(report) == "✘ 2 batches: 1 of 4, 1 oversized (6)"
+
+
+@pytest.mark.parametrize(
+    "batches, batch_size, error, message",
+    [
+        ([[0]], 0, ValueError, "batch_size must be an int >= 1, got 0"),
+        ([[0]], 2.0, TypeError, "batch_size must be an int >= 1"),
+        (iter([[0]]), 1, TypeError, "batches must be a list of batches"),
+        ([[0], [0.5]], 1, TypeError, r"batches must hold integer ids, got float.* at batches\[1\]"),
+    ],
+)
+def test_bad_batch_size_input_is_rejected_naming_the_argument(batches, batch_size, error, message):
+    with pytest.raises(error, match=message):
+        check_batch_sizes(batches, batch_size)
