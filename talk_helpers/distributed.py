@@ -1,0 +1,596 @@
+"""A real ``torch.distributed`` world on loopback, started from a notebook or a test.
+
+``run_world(fn, world_size)`` starts ``world_size`` processes, gives each a gloo process
+group on 127.0.0.1, calls ``fn(rank, world_size, *args)`` in every rank and returns a
+:class:`WorldReport`: what each rank returned, or which rank failed, with what error and
+how far it got. ``run_ranks`` is the same call for code that wants the results or an
+exception (:class:`WorldFailed`).
+
+What the world guarantees:
+
+* **No port collisions.** The parent opens the rendezvous store on a port the operating
+  system picks (port 0), so two calls running at the same time never share a port.
+* **A deadline.** A collective that one rank never joins fails after
+  ``collective_timeout_s`` (gloo's own timeout); the whole world is stopped after
+  ``timeout_s`` whatever happens. When a rank raises, the other ranks get a short grace
+  period (to report their own error) and are then stopped.
+* **No orphans.** Stopping a rank kills its whole process tree, DataLoader workers
+  included. Ranks are not daemonic, so they may start DataLoader workers.
+* **Deterministic reports.** Process ids and ports never appear in the repr, so a stored
+  notebook output is the same on every run.
+
+Start method: ``start_method`` if given, else ``TALK_START_METHOD`` (see
+:mod:`talk_helpers.start_method`), else ``"spawn"``, the one method that is safe from a
+Jupyter kernel with threads running. Under spawn and forkserver, ``fn`` and ``args`` are
+pickled, so ``fn`` must be importable: a module-level function in ``talk_helpers`` or a
+``functools.partial`` of one, never a function defined in a notebook cell. The same rule
+is enforced under fork, so that a notebook behaves the same under every start method.
+
+Each rank runs with ``torch.set_num_threads(1)`` (ranks share a laptop's cores) and with
+``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
+``MASTER_PORT`` set, as torchrun would set them.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import pickle
+import queue as queue_module
+import re
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import psutil
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from talk_helpers.start_method import START_METHODS, requested_start_method
+
+HOST = "127.0.0.1"
+DEFAULT_START_METHOD = "spawn"
+ERROR_GRACE_S = 2.0  # after a rank raises, how long the others may take to report
+EXIT_GRACE_S = 5.0  # after every rank reported, how long each may take to exit cleanly
+SILENT_DEATH_GRACE_S = 1.0  # a dead rank's last message may still be in the pipe
+STATUSES = ("ok", "error", "timeout", "killed")
+
+__all__ = [
+    "RankOutcome",
+    "WorldFailed",
+    "WorldReport",
+    "current_rank",
+    "report_progress",
+    "run_ranks",
+    "run_world",
+]
+
+
+# --------------------------------------------------------------------------- reports
+
+
+@dataclass
+class RankOutcome:
+    """What happened in one rank.
+
+    ``status`` is ``"ok"`` (fn returned), ``"error"`` (fn raised or the process died),
+    ``"timeout"`` (still running at the deadline) or ``"killed"`` (still running when
+    another rank's failure stopped the world).
+    """
+
+    rank: int
+    status: str
+    result: Any = None
+    error: str | None = None  # "ExceptionType: message", ports and pids masked
+    traceback: str | None = None  # the last frames, for reading, not for comparing
+    last_progress: str | None = None  # the last report_progress text
+    elapsed_s: float | None = None  # time spent in fn (None when never finished)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def error_type(self) -> str | None:
+        if self.error is None:
+            return None
+        return self.error.split(":", 1)[0]
+
+
+@dataclass
+class WorldReport:
+    """The outcome of :func:`run_world`: one :class:`RankOutcome` per rank."""
+
+    world_size: int
+    ranks: list[RankOutcome]
+    elapsed_s: float
+    stopped_by: str | None = None  # None, "error" or "deadline"
+    start_method: str = field(default=DEFAULT_START_METHOD, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.ranks)
+
+    @property
+    def results(self) -> list[Any]:
+        """Each rank's return value, by rank (None for a rank that did not finish)."""
+        return [r.result for r in self.ranks]
+
+    @property
+    def errors(self) -> dict[int, str]:
+        return {r.rank: r.error for r in self.ranks if r.error is not None}
+
+    @property
+    def failed_ranks(self) -> list[int]:
+        return [r.rank for r in self.ranks if not r.ok]
+
+    def headline(self) -> str:
+        n = self.world_size
+        noun = "rank" if n == 1 else "ranks"
+        if self.ok:
+            verdict = f"✔ world of {n} {noun}: every rank finished"
+        else:
+            counts = {s: sum(r.status == s for r in self.ranks) for s in STATUSES}
+            parts = [f"{counts[s]} {s}" for s in STATUSES if counts[s]]
+            if self.stopped_by == "deadline":
+                why = "stopped at the deadline"
+            elif self.stopped_by == "error":
+                why = "stopped after an error"
+            else:
+                why = "failed"
+            verdict = f"✘ world of {n} {noun} {why} ({', '.join(parts)})"
+        return f"{verdict} · {self.elapsed_s:.1f} s"
+
+    def _rows(self) -> list[tuple[str, str, str, str]]:
+        rows = []
+        for r in self.ranks:
+            if r.status == "ok":
+                detail = _short(repr(r.result), 60)
+            elif r.error is not None:
+                detail = _short(r.error, 100)
+            elif r.status == "timeout":
+                detail = "still running at the deadline"
+            elif r.status == "killed":
+                detail = "stopped because another rank failed"
+            else:
+                detail = ""
+            progress = "-" if r.last_progress is None else _short(r.last_progress, 30)
+            rows.append((str(r.rank), r.status, progress, detail))
+        return rows
+
+    def __repr__(self) -> str:
+        head = ("rank", "status", "last progress", "result" if self.ok else "result or error")
+        rows = [head, *self._rows()]
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        lines = [self.headline()]
+        for row in rows:
+            cells = [row[i].ljust(widths[i]) for i in range(3)]
+            lines.append(("  ".join([*cells, row[3]])).rstrip())
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        colour = {"ok": "#009E73", "error": "#D55E00", "timeout": "#E69F00",
+                  "killed": "#CC79A7"}
+        body = []
+        for rank, status, progress, detail in self._rows():
+            body.append(
+                "<tr>"
+                f"<td>{rank}</td>"
+                f"<td style='color:{colour.get(status, '#000')};font-weight:bold'>"
+                f"{html.escape(status)}</td>"
+                f"<td>{html.escape(progress)}</td>"
+                f"<td style='text-align:left'><code>{html.escape(detail)}</code></td>"
+                "</tr>"
+            )
+        last = "result" if self.ok else "result or error"
+        return (
+            f"<div><b>{html.escape(self.headline())}</b>"
+            "<table><thead><tr><th>rank</th><th>status</th><th>last progress</th>"
+            f"<th style='text-align:left'>{last}</th></tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table></div>"
+        )
+
+
+class WorldFailed(RuntimeError):
+    """Raised by :func:`run_ranks` when a rank failed; ``.report`` is the WorldReport."""
+
+    def __init__(self, report: WorldReport):
+        self.report = report
+        super().__init__(repr(report))
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_MASKS = (
+    (re.compile(r"\[[^\]]*third_party/gloo/[^\]]*\]\s*"), "gloo: "),
+    (re.compile(r"\[?(127\.0\.0\.1|localhost|::1|0\.0\.0\.0)\]?:\d+"), r"\1:<PORT>"),
+    (re.compile(r"\b(pid|PID|process)([ =:]+)\d+"), r"\1\2<PID>"),
+    (re.compile(r"0x[0-9a-fA-F]{6,}"), "0x<ADDR>"),
+)
+
+
+def mask_volatile(text: str) -> str:
+    """Replace ports, process ids and addresses so that an error reads the same every run."""
+    for pattern, replacement in _MASKS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+# ------------------------------------------------------------------ inside a rank
+
+_world: dict[str, Any] = {}  # set in a rank process: rank, queue
+
+
+def report_progress(text: str) -> None:
+    """Record how far this rank got; shown in the report if the rank fails or hangs.
+
+    Call it from ``fn`` (e.g. ``report_progress(f"step {i}")``). Outside a world made by
+    :func:`run_world` it does nothing, so the same function also runs in-process.
+    """
+    q = _world.get("queue")
+    if q is None:
+        return
+    text = str(text)
+    _world["last_progress"] = text
+    try:
+        q.put(("progress", _world["rank"], text))
+    except Exception:  # a closed queue must never break the training loop
+        pass
+
+
+def current_rank() -> int | None:
+    """This process's rank inside :func:`run_world`, or None outside a world."""
+    return _world.get("rank")
+
+
+def _watch_caller(caller_pid: int) -> None:
+    """Exit this rank (and its workers) if the process that started the world is gone."""
+    while True:
+        time.sleep(1.0)
+        if not psutil.pid_exists(caller_pid):
+            _kill_tree([psutil.Process()], include_roots=False)
+            os._exit(70)
+
+
+def _rank_main(rank, world_size, port, fn, args, result_queue, collective_timeout_s,
+               rendezvous_timeout_s, caller_pid):
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MASTER_ADDR=HOST,
+        MASTER_PORT=str(port),
+    )
+    _world.update(rank=rank, queue=result_queue, last_progress=None)
+    threading.Thread(target=_watch_caller, args=(caller_pid,), daemon=True).start()
+    torch.set_num_threads(1)
+    started = time.monotonic()
+    message: tuple
+    try:
+        store = dist.TCPStore(HOST, port, world_size=None, is_master=False,
+                              timeout=timedelta(seconds=rendezvous_timeout_s))
+        # Every rank is up before the process group starts, so a slow start under spawn
+        # is not mistaken for a collective timeout.
+        store.set(f"up/{rank}", "1")
+        store.wait([f"up/{r}" for r in range(world_size)],
+                   timedelta(seconds=rendezvous_timeout_s))
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=collective_timeout_s))
+        result = fn(rank, world_size, *args)
+        elapsed = time.monotonic() - started
+        try:
+            payload = pickle.dumps(result)
+            message = ("ok", rank, payload, elapsed)
+        except Exception as exc:
+            message = ("error", rank, f"{type(exc).__name__}: the result of fn cannot be "
+                       f"sent back to the parent ({exc})", "", elapsed)
+    except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
+        elapsed = time.monotonic() - started
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-4:])
+        message = ("error", rank, f"{type(exc).__name__}: {exc}", tb, elapsed)
+    result_queue.put(message)
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+# ------------------------------------------------------------------ in the parent
+
+
+def _resolve_start_method(start_method: str | None) -> str:
+    method = start_method or requested_start_method() or DEFAULT_START_METHOD
+    if method not in START_METHODS:
+        raise ValueError(
+            f"start_method={method!r} is not one of {', '.join(START_METHODS)}"
+        )
+    return method
+
+
+def _check_picklable(fn, args) -> None:
+    main = sys.modules.get("__main__")
+    interactive = main is not None and not hasattr(main, "__file__")
+    for what, obj in (("fn", fn), *((f"args[{i}]", a) for i, a in enumerate(args))):
+        target = getattr(obj, "func", obj)  # functools.partial
+        if interactive and getattr(target, "__module__", None) == "__main__" \
+                and callable(target):
+            raise TypeError(
+                f"{what}={getattr(target, '__qualname__', target)!r} is defined in the "
+                "notebook, so a rank started with spawn or forkserver cannot import it. "
+                "Define it in a module (e.g. in talk_helpers) and import it."
+            )
+        try:
+            pickle.dumps(obj)
+        except Exception as exc:
+            raise TypeError(
+                f"{what} cannot be pickled, so it cannot be sent to the rank processes "
+                f"({type(exc).__name__}: {exc}). Use a module-level function (or a "
+                "functools.partial of one) and picklable arguments."
+            ) from None
+
+
+def _validate(fn, world_size, args, timeout_s, collective_timeout_s) -> None:
+    if not callable(fn):
+        raise TypeError(f"fn must be callable as fn(rank, world_size, *args), got {fn!r}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int):
+        raise TypeError(f"world_size must be an int, got {world_size!r}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    if not isinstance(args, tuple):
+        raise TypeError(f"args must be a tuple, got {type(args).__name__}")
+    for name, value in (("timeout_s", timeout_s), ("collective_timeout_s",
+                                                   collective_timeout_s)):
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+
+
+def _descendants(procs) -> list[psutil.Process]:
+    found = []
+    for p in procs:
+        try:
+            found.extend(p.children(recursive=True))
+        except psutil.Error:
+            pass
+    return found
+
+
+def _kill_tree(roots, include_roots: bool = True, known=()) -> None:
+    """SIGKILL roots and all their descendants; stop roots first so they cannot fork."""
+    roots = [r for r in roots if r is not None]
+    for r in roots:
+        if include_roots:
+            try:
+                r.suspend()
+            except psutil.Error:
+                pass
+    victims = {}
+    for p in [*known, *_descendants(roots), *(roots if include_roots else [])]:
+        victims[p.pid] = p
+    for p in victims.values():
+        try:
+            if p.is_running():  # also guards against a reused pid
+                p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(list(victims.values()), timeout=3)
+
+
+def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
+              collective_timeout_s: float = 10.0,
+              start_method: str | None = None) -> WorldReport:
+    """Run ``fn(rank, world_size, *args)`` in a real gloo world; never raises for rank failures.
+
+    Args:
+        fn: a picklable callable (module-level function or functools.partial of one).
+        world_size: number of rank processes, at least 1.
+        args: extra positional arguments for ``fn`` (picklable).
+        timeout_s: the deadline for the whole world, start-up included; ranks still
+            running then are killed and reported as ``"timeout"``.
+        collective_timeout_s: gloo's timeout for one collective (a rank waiting for a
+            peer that never joins raises after this long).
+        start_method: "fork", "forkserver" or "spawn"; default ``TALK_START_METHOD``, else
+            "spawn".
+
+    Returns:
+        a :class:`WorldReport` (``.ok``, ``.results``, ``.ranks``, ``.elapsed_s``).
+    """
+    _validate(fn, world_size, args, timeout_s, collective_timeout_s)
+    method = _resolve_start_method(start_method)
+    _check_picklable(fn, args)
+    ctx = mp.get_context(method)
+
+    started = time.monotonic()
+    deadline = started + timeout_s
+    store = dist.TCPStore(HOST, 0, world_size=None, is_master=True,
+                          timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+    port = store.port
+    result_queue = ctx.Queue()
+    procs = []
+    outcomes: dict[int, RankOutcome] = {}
+    progress: dict[int, str] = {}
+    try:
+        for rank in range(world_size):
+            p = ctx.Process(
+                target=_rank_main,
+                args=(rank, world_size, port, fn, args, result_queue, collective_timeout_s,
+                      timeout_s, os.getpid()),
+                name=f"rank-{rank}",
+                daemon=False,
+            )
+            p.start()
+            procs.append(p)
+        handles = {}
+        for rank, p in enumerate(procs):
+            try:
+                handles[rank] = psutil.Process(p.pid)
+            except psutil.Error:
+                handles[rank] = None
+        known: dict[int, psutil.Process] = {}  # descendants seen so far, by pid
+        stopped_by = None
+        first_error_at = None
+        dead_since: dict[int, float] = {}
+        next_scan = 0.0
+        while True:
+            _drain(result_queue, outcomes, progress, wait=0.05)
+            now = time.monotonic()
+            if now >= next_scan:
+                live = [h for r, h in handles.items() if h is not None and r not in outcomes]
+                for child in _descendants(live):
+                    known.setdefault(child.pid, child)
+                next_scan = now + 0.25
+            for rank, p in enumerate(procs):
+                if rank in outcomes or p.is_alive():
+                    continue
+                since = dead_since.setdefault(rank, now)
+                if now - since >= SILENT_DEATH_GRACE_S:
+                    outcomes[rank] = RankOutcome(
+                        rank, "error",
+                        error=f"ProcessDied: the rank process exited with code "
+                              f"{p.exitcode} without reporting a result",
+                    )
+            if first_error_at is None and any(o.status == "error" for o in outcomes.values()):
+                first_error_at = now
+            if len(outcomes) == world_size:
+                break
+            if first_error_at is not None and now >= first_error_at + ERROR_GRACE_S:
+                stopped_by = "error"
+                break
+            if now >= deadline:
+                stopped_by = "deadline"
+                break
+        running = [r for r in range(world_size) if r not in outcomes]
+        if running:
+            _kill_tree([handles[r] for r in running], known=list(known.values()))
+            _drain(result_queue, outcomes, progress, wait=0.0)
+        for rank in running:
+            if rank not in outcomes:
+                status = "timeout" if stopped_by == "deadline" else "killed"
+                outcomes[rank] = RankOutcome(rank, status)
+        # Ranks that reported get a moment to exit by themselves, then are killed.
+        exit_deadline = time.monotonic() + EXIT_GRACE_S
+        for p in procs:
+            p.join(max(0.0, exit_deadline - time.monotonic()))
+        leftovers = [h for h in handles.values() if h is not None and h.is_running()
+                     and h.status() != psutil.STATUS_ZOMBIE]
+        _kill_tree(leftovers, known=list(known.values()))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                try:
+                    _kill_tree([psutil.Process(p.pid)])
+                except psutil.Error:
+                    pass
+            p.join(1.0)
+        result_queue.close()
+        result_queue.cancel_join_thread()
+        del store
+    for rank, outcome in outcomes.items():
+        if outcome.last_progress is None:
+            outcome.last_progress = progress.get(rank)
+    return WorldReport(
+        world_size=world_size,
+        ranks=[outcomes[r] for r in range(world_size)],
+        elapsed_s=time.monotonic() - started,
+        stopped_by=stopped_by,
+        start_method=method,
+    )
+
+
+def _drain(result_queue, outcomes, progress, wait: float) -> None:
+    block = wait > 0
+    while True:
+        try:
+            message = result_queue.get(block, wait) if block else result_queue.get_nowait()
+        except (queue_module.Empty, EOFError, OSError):
+            return
+        block = False
+        kind, rank = message[0], message[1]
+        if kind == "progress":
+            progress[rank] = message[2]
+        elif kind == "ok":
+            _, _, payload, elapsed = message
+            outcomes[rank] = RankOutcome(rank, "ok", result=pickle.loads(payload),
+                                         last_progress=progress.get(rank), elapsed_s=elapsed)
+        elif kind == "error":
+            _, _, error, tb, elapsed = message
+            outcomes[rank] = RankOutcome(rank, "error", error=mask_volatile(error),
+                                         traceback=tb, last_progress=progress.get(rank),
+                                         elapsed_s=elapsed)
+
+
+def run_ranks(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
+              collective_timeout_s: float = 10.0, start_method: str | None = None) -> list:
+    """Like :func:`run_world`, but return the results by rank or raise :class:`WorldFailed`."""
+    report = run_world(fn, world_size, args=args, timeout_s=timeout_s,
+                       collective_timeout_s=collective_timeout_s, start_method=start_method)
+    if not report.ok:
+        raise WorldFailed(report)
+    return report.results
+
+
+# ------------------------------------------------- small rank functions for demos
+
+
+def rank_and_world(rank: int, world_size: int) -> tuple[int, int]:
+    """Return what this rank sees: ``(dist.get_rank(), dist.get_world_size())``."""
+    return dist.get_rank(), dist.get_world_size()
+
+
+def all_reduce_sum(rank: int, world_size: int, value: float | None = None) -> float:
+    """All-reduce one number per rank (``rank + 1`` by default); every rank gets the sum."""
+    t = torch.tensor([float(rank + 1 if value is None else value)])
+    dist.all_reduce(t)
+    return t.item()
+
+
+def fail_on_rank(rank: int, world_size: int, bad_rank: int = 0,
+                 message: str = "failed on purpose") -> int:
+    """Raise ValueError(message) on ``bad_rank``; the other ranks wait in a barrier."""
+    report_progress("before the barrier")
+    if rank == bad_rank:
+        raise ValueError(message)
+    dist.barrier()
+    return rank
+
+
+def hang_on_rank(rank: int, world_size: int, stuck_rank: int = 0, steps: int = 3,
+                 sleep_s: float = 3600.0) -> int:
+    """Every rank all-reduces ``steps`` times, but ``stuck_rank`` sleeps before the last one."""
+    for step in range(steps):
+        report_progress(f"step {step}")
+        if rank == stuck_rank and step == steps - 1:
+            time.sleep(sleep_s)
+        dist.all_reduce(torch.ones(1))
+    return rank
+
+
+def hang_with_workers(rank: int, world_size: int, num_workers: int = 2,
+                      sleep_s: float = 3600.0) -> int:
+    """Start a DataLoader with workers, take one batch, then sleep with the workers alive."""
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(list(range(64)), batch_size=4, num_workers=num_workers)
+    it = iter(loader)
+    next(it)
+    report_progress(f"{num_workers} workers started")
+    time.sleep(sleep_s)
+    return rank
+
+
+def rank_env(rank: int, world_size: int) -> dict[str, str]:
+    """The torchrun-style variables this rank sees."""
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+             "MASTER_PORT")
+    return {name: os.environ.get(name, "") for name in names}

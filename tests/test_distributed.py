@@ -1,0 +1,241 @@
+"""A real gloo world on loopback: results, failures, deadlines and no orphan processes."""
+
+import functools
+import re
+import textwrap
+import threading
+import time
+
+import psutil
+import pytest
+
+from talk_helpers import distributed as d
+
+pytestmark = pytest.mark.distributed
+
+# Generous for a shared 2-core machine, but bounded.
+FAST = dict(start_method="fork", timeout_s=60.0)
+
+
+def _is_helper(proc: psutil.Process) -> bool:
+    """multiprocessing's forkserver and resource tracker outlive a call by design."""
+    try:
+        cmd = " ".join(proc.cmdline())
+    except psutil.Error:
+        return True
+    return "forkserver" in cmd or "resource_tracker" in cmd
+
+
+def _live_descendants() -> set[int]:
+    me = psutil.Process()
+    live = set()
+    for child in me.children(recursive=True):
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if child.ppid() == me.pid and _is_helper(child):
+                continue
+        except psutil.Error:
+            continue
+        live.add(child.pid)
+    return live
+
+
+class DescendantRecorder:
+    """Records every process below this one while a world runs (ranks and their workers)."""
+
+    def __init__(self):
+        self.seen: dict[int, psutil.Process] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self):
+        me = psutil.Process()
+        while not self._stop.is_set():
+            for child in me.children(recursive=True):
+                self.seen.setdefault(child.pid, child)
+            time.sleep(0.05)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def survivors(self) -> list[psutil.Process]:
+        alive = []
+        for proc in self.seen.values():
+            try:
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE \
+                        and not _is_helper(proc):
+                    alive.append(proc)
+            except psutil.Error:
+                pass
+        return alive
+
+
+def test_results_come_back_in_rank_order():
+    report = d.run_world(d.rank_and_world, 3, **FAST)
+    assert report.ok, report
+    assert report.results == [(0, 3), (1, 3), (2, 3)]
+    assert [r.status for r in report.ranks] == ["ok", "ok", "ok"]
+    assert "✔" in repr(report)
+
+
+def test_all_reduce_sums_across_ranks():
+    assert d.run_ranks(d.all_reduce_sum, 2, **FAST) == [3.0, 3.0]
+    assert d.run_ranks(functools.partial(d.all_reduce_sum, value=2.5), 2, **FAST) == [5.0, 5.0]
+
+
+def test_env_vars_are_set_like_torchrun():
+    results = d.run_ranks(d.rank_env, 2, **FAST)
+    for rank, env in enumerate(results):
+        assert env["RANK"] == str(rank)
+        assert env["LOCAL_RANK"] == str(rank)
+        assert env["WORLD_SIZE"] == "2"
+        assert env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["MASTER_PORT"].isdigit()
+
+
+def test_an_exception_is_reported_with_rank_and_message_and_the_world_is_torn_down():
+    before = _live_descendants()
+    report = d.run_world(d.fail_on_rank, 2, args=(1, "boom on purpose"), **FAST)
+    assert not report.ok
+    assert report.ranks[1].status == "error"
+    assert report.ranks[1].error == "ValueError: boom on purpose"
+    assert report.ranks[1].last_progress == "before the barrier"
+    assert report.ranks[0].status in ("error", "killed")
+    assert report.failed_ranks == [0, 1]
+    text = repr(report)
+    assert "ValueError: boom on purpose" in text and "✘" in text
+    assert _live_descendants() == before
+
+
+def test_run_ranks_raises_world_failed_carrying_the_report():
+    with pytest.raises(d.WorldFailed) as info:
+        d.run_ranks(d.fail_on_rank, 2, args=(0,), **FAST)
+    assert info.value.report.ranks[0].error == "ValueError: failed on purpose"
+    assert "rank" in str(info.value)
+
+
+def test_a_collective_one_rank_never_joins_fails_at_the_collective_timeout():
+    started = time.monotonic()
+    report = d.run_world(d.hang_on_rank, 2, args=(0, 3), collective_timeout_s=2.0, **FAST)
+    elapsed = time.monotonic() - started
+    assert report.ranks[1].status == "error"
+    assert "Timed out" in report.ranks[1].error
+    assert report.ranks[1].last_progress == "step 2"
+    assert report.ranks[0].status == "killed"
+    assert report.ranks[0].last_progress == "step 2"
+    assert report.stopped_by == "error"
+    assert elapsed < 30
+    # No port or pid leaks into what a notebook would store.
+    assert not re.search(r"127\.0\.0\.1\]?:\d", repr(report))
+    assert "third_party" not in repr(report)
+
+
+def test_a_hang_with_dataloader_workers_is_ended_by_the_deadline_without_orphans():
+    before = _live_descendants()
+    with DescendantRecorder() as recorder:
+        report = d.run_world(d.hang_with_workers, 2, args=(2,), start_method="fork",
+                             timeout_s=6.0)
+    assert [r.status for r in report.ranks] == ["timeout", "timeout"]
+    assert [r.last_progress for r in report.ranks] == ["2 workers started"] * 2
+    assert report.stopped_by == "deadline"
+    assert "still running at the deadline" in repr(report)
+    # Two ranks, each with two DataLoader workers, were seen while the world ran...
+    assert len(recorder.seen) >= 6
+    # ...and not one of them survives the call.
+    assert recorder.survivors() == []
+    assert _live_descendants() == before
+
+
+def test_two_concurrent_worlds_do_not_collide_on_ports():
+    reports = [None, None]
+
+    def run(i):
+        reports[i] = d.run_world(d.rank_env, 2, **FAST)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(r is not None and r.ok for r in reports), reports
+    ports = {r.results[0]["MASTER_PORT"] for r in reports}
+    assert len(ports) == 2
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_every_start_method_runs_a_world(method):
+    before = _live_descendants()
+    report = d.run_world(d.all_reduce_sum, 2, start_method=method, timeout_s=90.0)
+    assert report.ok, report
+    assert report.results == [3.0, 3.0]
+    assert report.start_method == method
+    assert _live_descendants() == before
+
+
+def test_the_repr_is_deterministic_apart_from_the_masked_timing():
+    a = d.run_world(d.fail_on_rank, 1, **FAST)
+    b = d.run_world(d.fail_on_rank, 1, **FAST)
+    strip = [line for line in repr(a).splitlines()[1:]]
+    assert strip == repr(b).splitlines()[1:]
+    assert repr(a).splitlines()[0].endswith(" s")
+    assert "<table>" in a._repr_html_()
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(fn=d.rank_and_world, world_size=0), ValueError),
+        (dict(fn=d.rank_and_world, world_size=1.5), TypeError),
+        (dict(fn="not a function", world_size=2), TypeError),
+        (dict(fn=d.rank_and_world, world_size=2, timeout_s=0), ValueError),
+        (dict(fn=d.rank_and_world, world_size=2, collective_timeout_s=-1), ValueError),
+        (dict(fn=d.rank_and_world, world_size=2, start_method="thread"), ValueError),
+        (dict(fn=d.rank_and_world, world_size=2, args=[1]), TypeError),
+        (dict(fn=lambda rank, world_size: rank, world_size=2), TypeError),
+        (dict(fn=d.all_reduce_sum, world_size=2, args=(lambda: 1,)), TypeError),
+    ],
+)
+def test_bad_arguments_get_clear_errors(kwargs, error):
+    before = _live_descendants()
+    with pytest.raises(error):
+        d.run_world(**kwargs)
+    assert _live_descendants() == before
+
+
+def test_report_progress_outside_a_world_does_nothing():
+    d.report_progress("nobody listens")
+    assert d.current_rank() is None
+
+
+def test_a_world_runs_from_a_jupyter_kernel_under_every_start_method():
+    jupyter_client = pytest.importorskip("jupyter_client")
+    km, kc = jupyter_client.manager.start_new_kernel(kernel_name="python3",
+                                                     startup_timeout=120)
+    try:
+        code = textwrap.dedent(
+            """
+            from talk_helpers.distributed import run_world, all_reduce_sum
+            outcomes = {m: run_world(all_reduce_sum, 2, start_method=m, timeout_s=90).results
+                        for m in ("fork", "forkserver", "spawn")}
+            print(outcomes)
+            """
+        )
+        outputs = []
+        reply = kc.execute_interactive(
+            code, timeout=240,
+            output_hook=lambda msg: outputs.append(msg["content"].get("text", "")),
+        )
+        assert reply["content"]["status"] == "ok", reply["content"]
+        text = "".join(outputs)
+        assert "'fork': [3.0, 3.0]" in text
+        assert "'forkserver': [3.0, 3.0]" in text
+        assert "'spawn': [3.0, 3.0]" in text
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
