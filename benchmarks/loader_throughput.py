@@ -1,0 +1,116 @@
+"""Loader throughput: samples/s of six ways to read one token memmap, and the ceiling.
+
+Usage: python benchmarks/loader_throughput.py [--samples N] [--seconds S] [--work W]
+
+Writes benchmarks/results/loader_throughput.md (the table) and .png (the plot). Every
+row reads the same generated int32 tokens and applies the same per-sample masking, so the
+rows differ only in how samples reach the main process. Ratios are to row (a) with the
+same workers and batch size, and to the single-process ceiling. The default run takes
+about two minutes on 2 cores. On a busy machine the numbers move a lot between
+runs (up to 3× for a single row): trust only differences far larger than that.
+"""
+
+import argparse
+import collections
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from talk_helpers.diagrams.fast_loading import throughput_figure  # noqa: E402
+from talk_helpers.loading_bench import (  # noqa: E402
+    KINDS,
+    grid_table,
+    measure_ceiling,
+    run_grid,
+    unavailable_reason,
+)
+from talk_helpers.toy.fast import make_token_memmap  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def check_speed() -> str:
+    """checks.check_exactly_once on 10 million ids vs a collections.Counter loop."""
+    try:
+        from talk_helpers.checks import check_exactly_once
+    except ImportError:
+        return "talk_helpers.checks: not available"
+    ids = np.random.default_rng(0).permutation(10_000_000)
+    start = time.perf_counter()
+    report = check_exactly_once(ids, 10_000_000)
+    fast = time.perf_counter() - start
+    sample = ids[:1_000_000].tolist()  # the loop on 1 million ids, scaled ×10
+    start = time.perf_counter()
+    counter = collections.Counter()
+    for i in sample:
+        counter[i] += 1
+    slow = (time.perf_counter() - start) * 10
+    return (f"check_exactly_once on 10 million ids: {fast:.2f} s (ok={report.ok}); a "
+            f"collections.Counter loop: {slow:.1f} s (timed on 1 million ids, ×10) → "
+            f"{slow / fast:.0f}× faster")
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=50_000, help="rows in the memmap")
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--seconds", type=float, default=1.0,
+                        help="steady-state time cap per configuration")
+    parser.add_argument("--work", type=int, default=1, help="masking rounds per sample")
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--start-method", default="fork",
+                        choices=["fork", "forkserver", "spawn"])
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="loader-bench-") as tmp:
+        path = make_token_memmap(Path(tmp) / "tokens.npy", args.samples, args.seq_len)
+        ceiling = measure_ceiling(path, work=args.work, max_seconds=args.seconds * 2)
+        results = run_grid(path, kinds=args.kinds, workers=args.workers,
+                           batch_sizes=args.batch_sizes, work=args.work,
+                           max_seconds=args.seconds, start_method=args.start_method,
+                           data_dir=tmp)
+    table = grid_table(results, ceiling)
+    missing = [k for k in args.kinds if unavailable_reason(k)]
+    speed = check_speed()
+    elapsed = time.perf_counter() - started
+    header = (
+        f"# Loader throughput\n\n"
+        f"{args.samples} samples × {args.seq_len} int32 tokens, {args.work} masking "
+        f"round(s) per sample (≈15 µs of numpy work each), start method "
+        f"{args.start_method}, ≤ {args.seconds} s of steady state per row (first batch "
+        f"excluded). {os.cpu_count()} cores, Python {platform.python_version()}, torch "
+        f"{torch.__version__}. Run took {elapsed:.0f} s.\n\n"
+        f"× (a): ratio to row (a) with the same workers and batch size. × ceiling: ratio "
+        f"to one process doing the same read and work without a DataLoader; above 1 means "
+        f"the workers ran in parallel.\n\n")
+    text = header + table + "\n\n" + speed + "\n"
+    if missing:
+        text += "\nNot available in this run: " + ", ".join(missing) + "\n"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "loader_throughput.md").write_text(text)
+    fig = throughput_figure(results, ceiling.rate,
+                            title="Loader throughput (dashed: one-process ceiling)")
+    fig.savefig(args.out / "loader_throughput.png", dpi=100, bbox_inches="tight")
+    print(text)
+    print(f"wrote {args.out / 'loader_throughput.md'} and .png", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
