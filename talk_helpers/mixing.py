@@ -175,8 +175,12 @@ class ShuffleReport:
         mark = "✔" if self.ok else "✘"
         unchanged = max(self.unchanged)
         rho = max(self.spearman, key=abs)
-        change = ("order changes every epoch" if self.order_changes
-                  else "order repeats across epochs")
+        if self.order_changes:
+            change = "order changes every epoch"
+        elif unchanged >= STALE_ORDER:
+            change = "order repeats across epochs"
+        else:
+            change = "epochs keep a similar order"
         mixing = "well mixed" if self.well_mixed else "poorly mixed"
         head = (f"{mark} shuffle: {change} · {mixing} "
                 f"(mixing {self.mixing:.2f}; 1 ≈ uniform shuffle, 0 = none)")

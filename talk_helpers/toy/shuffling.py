@@ -1,0 +1,190 @@
+"""The datasets of notebook 03: a dataset stored sorted by class, shuffled in the ways
+people actually write, broken ones included.
+
+Sample ``i`` has class ``i // per_class``: the files are stored class after class, as an
+image folder with one sub-folder per class is. The data is cut into ``num_shards``
+contiguous shards (files); worker ``w`` of ``W`` reads shards ``w, w + W, …``.
+
+Every class keeps the RNG work in ``stream(worker_id, num_workers)``, a plain method, so a
+notebook can also compute what each worker yields without starting one.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from talk_helpers.mixing import buffer_shuffle, unbatch_shuffle_rebatch
+
+__all__ = [
+    "SIZE", "CLASSES", "ShuffleAfterShard", "ShuffleBeforeShard", "SharedSeedShuffle",
+    "BufferShuffled", "same_seed_worker_init", "labels_of", "shard_ranges", "epoch_orders",
+    "collect", "simulate_loader", "rebatched_orders", "show_code",
+]
+
+SIZE = 600          # samples
+CLASSES = 10        # stored class after class: 60 samples of class 0, then class 1, …
+
+
+def labels_of(size: int = SIZE, classes: int = CLASSES) -> np.ndarray:
+    """The class of every sample id (the data is stored sorted by class)."""
+    return np.arange(size) * classes // size
+
+
+def shard_ranges(size: int, num_shards: int) -> list[range]:
+    """``num_shards`` contiguous shards (think: files) covering ids 0..size-1."""
+    bounds = np.linspace(0, size, num_shards + 1).round().astype(int)
+    return [range(int(a), int(b)) for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def _worker() -> tuple[int, int]:
+    info = get_worker_info()
+    return (0, 1) if info is None else (info.id, info.num_workers)
+
+
+def _augment(rng) -> int:
+    """A stand-in for a random augmentation: a crop offset in 0..99."""
+    return rng.randrange(100)
+
+
+class ShuffleAfterShard(IterableDataset):
+    """Pitfall: each worker reads its own shards, then shuffles what it has."""
+
+    def __init__(self, size=SIZE, num_shards=None):
+        self.size, self.num_shards = size, num_shards
+
+    def stream(self, worker_id, num_workers):
+        shards = shard_ranges(self.size, self.num_shards or num_workers)
+        mine = [i for shard in shards[worker_id::num_workers] for i in shard]
+        random.shuffle(mine)          # only shuffles within this worker's shards
+        yield from mine
+
+    def __iter__(self):
+        return self.stream(*_worker())
+
+
+class ShuffleBeforeShard(IterableDataset):
+    """Pitfall: shuffle everything, then keep every W-th sample — with each worker's own
+    (different) default seed. Each sample carries a random augmentation draw."""
+
+    def __init__(self, size=SIZE):
+        self.size = size
+
+    def stream(self, worker_id, num_workers):
+        order = list(range(self.size))
+        random.shuffle(order)         # a different permutation in every worker
+        for i in order[worker_id::num_workers]:
+            yield {"id": i, "aug": _augment(random), "worker": worker_id}
+
+    def __iter__(self):
+        return self.stream(*_worker())
+
+
+def same_seed_worker_init(worker_id):
+    """The tempting "fix": give every worker the same seed."""
+    random.seed(0)
+
+
+class SharedSeedShuffle(IterableDataset):
+    """The fix: two RNG streams. The permutation comes from (seed, epoch), identical in
+    every worker; augmentations come from the per-worker seed DataLoader sets."""
+
+    def __init__(self, size=SIZE, seed=0, epoch=0):
+        self.size, self.seed, self.epoch = size, seed, epoch
+
+    def stream(self, worker_id, num_workers):
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.size)
+        for i in order[worker_id::num_workers].tolist():
+            yield {"id": i, "aug": _augment(random), "worker": worker_id}
+
+    def __iter__(self):
+        return self.stream(*_worker())
+
+
+class BufferShuffled(IterableDataset):
+    """What HF datasets and WebDataset do: shuffle the order of the shards with a shared
+    (seed, epoch), let each worker read its shards in that order through a shuffle buffer
+    of ``buffer_size`` samples. With ``worker_batch``, workers yield lists of that many
+    ids (for ``batch_size=None`` loaders and the unbatch → shuffle → rebatch pattern)."""
+
+    def __init__(self, size=SIZE, num_shards=8, buffer_size=64, seed=0, epoch=0,
+                 worker_batch=None):
+        self.size, self.num_shards, self.buffer_size = size, num_shards, buffer_size
+        self.seed, self.epoch, self.worker_batch = seed, epoch, worker_batch
+
+    def stream(self, worker_id, num_workers):
+        shards = shard_ranges(self.size, self.num_shards)
+        shard_order = np.random.default_rng([self.seed, self.epoch]).permutation(len(shards))
+        mine = (i for s in shard_order[worker_id::num_workers] for i in shards[s])
+        rng = random.Random(f"{self.seed}-{self.epoch}-{worker_id}")
+        samples = buffer_shuffle(mine, self.buffer_size, rng)
+        if not self.worker_batch:
+            yield from samples
+            return
+        batch = []
+        for i in samples:
+            batch.append(i)
+            if len(batch) == self.worker_batch:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+    def __iter__(self):
+        return self.stream(*_worker())
+
+
+# --- running and simulating loaders ------------------------------------------------------
+
+
+def collect(loader) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    """One epoch: the id batches and, for dict samples, every field concatenated."""
+    batches, fields = [], {}
+    for batch in loader:
+        if isinstance(batch, dict):
+            for key, value in batch.items():
+                fields.setdefault(key, []).append(torch.as_tensor(value).numpy())
+            batch = batch["id"]
+        batches.append(torch.as_tensor(batch).numpy().astype(np.int64))
+    return batches, {k: np.concatenate(v) for k, v in fields.items()}
+
+
+def epoch_orders(make_loader, epochs=2) -> list[np.ndarray]:
+    """The sample order of ``epochs`` epochs; ``make_loader(epoch)`` returns the loader."""
+    return [np.concatenate(collect(make_loader(epoch))[0]) for epoch in range(epochs)]
+
+
+def simulate_loader(dataset, num_workers, batch_size) -> list[np.ndarray]:
+    """The batches a DataLoader(dataset, batch_size, num_workers) yields, computed in this
+    process: every worker batches its own stream and the loader takes one batch from each
+    worker in turn, skipping workers that are done (``in_order=True``, the default)."""
+    per_worker, state = [], random.getstate()   # augmentations must not touch ours
+    for worker_id in range(max(num_workers, 1)):
+        ids = [s["id"] if isinstance(s, dict) else s
+               for s in dataset.stream(worker_id, max(num_workers, 1))]
+        per_worker.append([np.asarray(ids[i:i + batch_size], dtype=np.int64)
+                           for i in range(0, len(ids), batch_size)])
+    random.setstate(state)
+    out, step = [], 0
+    while any(step < len(w) for w in per_worker):
+        out.extend(w[step] for w in per_worker if step < len(w))
+        step += 1
+    return out
+
+
+def rebatched_orders(batches_per_epoch, buffer_size, batch_size, seed=0):
+    """Apply unbatch → buffer shuffle → rebatch (in the main process) to each epoch."""
+    return [np.concatenate(list(unbatch_shuffle_rebatch(
+        batches, buffer_size, batch_size, random.Random(f"{seed}-{epoch}"))))
+        for epoch, batches in enumerate(batches_per_epoch)]
+
+
+def show_code(obj):
+    """The source of a class or function, highlighted in a notebook."""
+    from IPython.display import Code
+
+    return Code(inspect.getsource(obj), language="python")
