@@ -117,7 +117,11 @@ def check_batch_sizes(batches, batch_size: int) -> BatchSizeReport:
 
 @dataclass(frozen=True, eq=False)
 class ExactlyOnceReport:
-    """Outcome of :func:`check_exactly_once`; ``duplicates`` maps id -> times seen."""
+    """Outcome of :func:`check_exactly_once`; ``duplicates`` maps id -> times seen.
+
+    ``duplicates``, ``missing`` and ``unexpected`` are built on first use from the sorted
+    int64 arrays ``duplicate_ids``/``duplicate_times``, ``missing_ids`` and ``unexpected_ids``.
+    """
 
     expected_count: int
     unique_count: int
@@ -139,10 +143,12 @@ class ExactlyOnceReport:
 
     @property
     def missing_count(self) -> int:
+        """How many expected ids were never seen."""
         return int(self.missing_ids.size)
 
     @property
     def unexpected_count(self) -> int:
+        """How many distinct ids were seen but not expected."""
         return int(self.unexpected_ids.size)
 
     @cached_property
