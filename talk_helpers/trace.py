@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from talk_helpers.toy.basics import tag_workers
 
-__all__ = ["Batch", "LoaderRun", "run_loader"]
+__all__ = ["Batch", "LoaderRun", "run_loader", "list_batches", "WorkerCrashed"]
 
 
 @dataclass(frozen=True)
@@ -120,3 +120,35 @@ class _RecordingDataLoader(DataLoader):
         if self.send_log is None:
             return sampler
         return _RecordingIndexSampler(sampler, self.send_log)
+
+
+class WorkerCrashed(RuntimeError):
+    """A DataLoader worker process died; the message is the worker's own last error line."""
+
+
+def list_batches(loader):
+    """``list(loader)``, except that when a worker process dies, the error raised names
+    the worker's own exception instead of only its pid. (The worker prints its traceback
+    to stderr, which a notebook may show late or not at all; here it is read back.)"""
+    import os
+    import re
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryFile(mode="w+b") as capture:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(capture.fileno(), 2)  # spawned and forked workers inherit file descriptor 2
+        try:
+            return list(loader)
+        except RuntimeError as error:
+            if "exited unexpectedly" not in str(error):
+                raise
+            capture.seek(0)
+            lines = capture.read().decode(errors="replace").strip().splitlines()
+            cause = lines[-1] if lines else "no error text"
+            raise WorkerCrashed(f"a DataLoader worker exited: {re.sub(r'0x[0-9a-f]+', '…', cause)}"
+                                ) from None
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
