@@ -146,6 +146,15 @@ class ShardedIterableDataset(IterableDataset):
         """Samples of each epoch read twice to even out the ranks (policy 'pad'; < world_size)."""
         return max(0, self.world_size * self.samples_per_rank - self._n)
 
+    def dropped_ids(self, epoch: int | None = None) -> np.ndarray:
+        """The ids no rank reads in ``epoch`` (policy 'drop'): the end of its permutation."""
+        order = self.epoch_order(epoch)
+        return order[len(order) - self.dropped:] if self.dropped else order[:0]
+
+    def padded_ids(self, epoch: int | None = None) -> np.ndarray:
+        """The ids read twice in ``epoch`` (policy 'pad'): the start of its permutation."""
+        return self.epoch_order(epoch)[:self.padded]
+
     def epoch_order(self, epoch: int | None = None) -> np.ndarray:
         """The epoch's permutation of global sample ids, identical in every process."""
         epoch = self.epoch if epoch is None else epoch

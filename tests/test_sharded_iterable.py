@@ -265,3 +265,17 @@ def test_plain_dataloader_resume_may_change_the_number_of_workers():
     assert ids(full[:5]) + ids(rest) == ids(full) and fresh.epoch == 2
     fresh.set_epoch(3)  # the resume point belongs to epoch 2 only
     assert len(list(DataLoader(fresh, batch_size=None))) == len(full)
+
+
+def test_dropped_and_padded_ids_are_the_ones_missing_or_repeated():
+    for policy in ("drop", "pad"):
+        seen = Counter()
+        for rank in range(3):
+            ds = ShardedIterableDataset(100, batch_size=7, policy=policy, rank=rank,
+                                        world_size=3)
+            ds.set_epoch(1)
+            seen.update(ids(rank_stream(ds, 2)))
+        if policy == "drop":
+            assert sorted(set(range(100)) - set(seen)) == sorted(ds.dropped_ids().tolist())
+        else:
+            assert sorted(k for k, v in seen.items() if v == 2) == sorted(ds.padded_ids().tolist())
