@@ -169,3 +169,17 @@ def make_sampler_loader(rank: int, world_size: int, epoch: int, *, size: int = 1
         sampler.set_epoch(epoch)
     return DataLoader(IdsMap(size), batch_size=batch_size, sampler=sampler,
                       num_workers=workers)
+
+
+def make_fixed_count_loader(rank: int, world_size: int, epoch: int, *, steps: int,
+                            repeat: int | None = 1, **loader_kwargs) -> list:
+    """Exactly ``steps`` batches on every rank: pass over the sharded loader ``repeat``
+    times (None: forever, i.e. epochless), then stop at ``steps`` — seed 001's
+    ``dsrepeat`` and ``nbatches``, webdataset's ``with_epoch``."""
+    import itertools
+
+    passes = itertools.count() if repeat is None else range(repeat)
+    stream = (batch for p in passes
+              for batch in make_sharded_loader(rank, world_size, epoch * 1000 + p,
+                                               **loader_kwargs))
+    return list(itertools.islice(stream, steps))
