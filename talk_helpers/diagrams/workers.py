@@ -36,7 +36,8 @@ def assignment_grid(data, *, n_ids=None, title=None, ax=None):
     rows = sorted({who for _, who in pairs}, key=lambda w: w if isinstance(w, tuple) else (w,))
     seen = Counter(i for i, _ in pairs)
     n_ids = n_ids if n_ids is not None else (max(seen) + 1 if seen else 0)
-    if ax is None:
+    own_figure = ax is None
+    if own_figure:
         _, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.6), layout="constrained")
     image = np.ones((len(rows), n_ids, 3))
     for sample, who in counts:
@@ -65,7 +66,7 @@ def assignment_grid(data, *, n_ids=None, title=None, ax=None):
     summary = (f"{len(seen)} of {n_ids} ids received · {extra} extra copies · "
                f"{len(missing)} missing" + (" (▲)" if missing else ""))
     ax.set_title(f"{title}\n{summary}" if title else summary, fontsize=10, loc="left")
-    return ax.figure
+    return _detached(ax.figure) if own_figure else ax.figure
 
 
 def assignment_grids(panels, *, n_ids=None):
@@ -75,7 +76,7 @@ def assignment_grids(panels, *, n_ids=None):
                              layout="constrained", height_ratios=heights, squeeze=False)
     for ax, (title, data) in zip(axes[:, 0], panels.items(), strict=True):
         assignment_grid(data, n_ids=n_ids, title=title, ax=ax)
-    return fig
+    return _detached(fig)
 
 
 def batch_sizes(runs, *, batch_size=None):
@@ -101,6 +102,13 @@ def batch_sizes(runs, *, batch_size=None):
     handles = [Patch(color=PALETTE[max(w, 0) % len(PALETTE)], label=_row_name(w))
                for w in workers]
     fig.legend(handles=handles, loc="outside right upper", fontsize=9, frameon=False)
+    return _detached(fig)
+
+
+def _detached(fig):
+    """Hand ``fig`` to the caller only: a notebook cell ending on it shows it once, and
+    pyplot does not show it again at the end of the cell."""
+    plt.close(fig)
     return fig
 
 
