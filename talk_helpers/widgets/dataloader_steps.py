@@ -153,13 +153,13 @@ class _Replay:
             if self.output[worker]:
                 ids = self.output[worker].popleft()
                 self.results.append((task, worker, ids))
-                call = "dataset[i] for each index" if self.run.kind == "map-style" else "next()"
-                self.status[worker] = f"task {task}: {call} → batch"
+                call = "dataset[i] per index" if self.run.kind == "map-style" else "next()"
+                self.status[worker] = f"built task {task}'s batch with {call}"
                 done.append(f"worker {worker} builds task {task}'s batch")
             else:
                 self.ended[worker] = True
                 self.results.append((task, worker, DONE))
-                self.status[worker] = f"task {task}: next() raises StopIteration"
+                self.status[worker] = f"task {task}: next() raised StopIteration"
                 done.append(f"worker {worker} is exhausted")
         self._snap("Workers run in parallel: " + "; ".join(done) + ". Results go to the "
                    "result queue." if done else "Workers have nothing to do.")
@@ -195,8 +195,9 @@ def render_step(steps, k) -> str:
         row = f'<td style="{cell}">{queue or "empty"}</td><td style="{cell}">{worker}</td>'
         if w == 0:
             span = f'rowspan="{n}"'
+            got = len(step.delivered)
             row = (f'<td {span} style="{cell}width:14%">sent {_sent(steps, k)} tasks'
-                   f'<br>received {len(step.delivered)} batches</td>' + row +
+                   f'<br>received {got} batch{"" if got == 1 else "es"}</td>' + row +
                    f'<td {span} style="{cell}width:22%">{results}</td>'
                    f'<td {span} style="{cell}width:26%">{delivered}</td>')
         rows.append(f"<tr>{row}</tr>")
