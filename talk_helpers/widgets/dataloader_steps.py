@@ -5,7 +5,8 @@ them come from a real run (:func:`talk_helpers.trace.run_loader`). The steps in 
 replay DataLoader's own rules (prefetch ``prefetch_factor`` tasks per worker, hand tasks
 out round-robin, deliver in task order, one new task per batch taken), with the workers
 taking turns in lockstep. Real workers run concurrently, so their timing differs from run
-to run; :func:`replay` checks that the replay delivers exactly the recorded batches.
+to run; :func:`replay` checks that the replay delivers exactly the recorded batches and,
+for a map-style dataset, sends and receives in the order the main process did.
 
     from talk_helpers.widgets.dataloader_steps import step_through
     step_through(run)          # a slider over every step
@@ -50,12 +51,14 @@ class _Replay:
         self.active = [True] * n       # the main process still sends it tasks
         self.cycle, self.send_idx, self.rcvd_idx = 0, 0, 0
         self.task_worker, self.stash = {}, {}
-        self.results, self.delivered, self.steps = deque(), [], []
+        self.results, self.delivered, self.steps, self.log = deque(), [], [], []
         self.sends = iter(run.sends) if run.kind == "map-style" else None
         self._play()
         got = [(b.worker, tuple(b.ids)) for b in run.batches]
         if self.delivered != got:
             raise AssertionError("the replay does not deliver the recorded batches")
+        if run.kind == "map-style" and self.log != run.events:
+            raise AssertionError("the replay sends and receives in another order than the run")
 
     def _snap(self, caption):
         self.steps.append(Step(
@@ -90,6 +93,7 @@ class _Replay:
         self.queues[worker].append((task, self._label(payload)))
         self.task_worker[task] = worker
         self.send_idx += 1
+        self.log.append(("send", task))
         return f"sends task {task} {self._label(payload)} to worker {worker}"
 
     def _play(self):
@@ -135,6 +139,7 @@ class _Replay:
         worker, ids = result
         self.rcvd_idx += 1
         sent = self._try_put()
+        self.log.append(("receive", len(self.delivered)))
         self.delivered.append((worker, ids))
         then = f", {sent}" if sent else ""
         self._snap(f"The main process takes task {task}'s batch (worker {worker}){then} "
