@@ -5,6 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8888
+# JupyterLab refuses to run as root (containers, CI) without saying so explicitly.
+LAB_FLAGS := --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root,)
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 NBVAL  := $(BIN)/python -m pytest --nbval --nbval-current-env \
           --nbval-sanitize-with notebooks/sanitize.cfg --timeout=600 -p no:cacheprovider
@@ -24,7 +26,7 @@ $(STAMP): requirements.txt pyproject.toml
 setup: $(STAMP)
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) notebooks/00_index.ipynb
+	$(BIN)/jupyter lab $(LAB_FLAGS) notebooks/00_index.ipynb
 
 test: lint unit notebooks browser
 
@@ -61,7 +63,7 @@ imgs: $(STAMP)
 # Presenting with RISE saves the notebook it shows: present from a copy.
 present: $(STAMP)
 	rm -rf build/talk && mkdir -p build/talk && cp -r notebooks imgs build/talk/
-	$(BIN)/jupyter lab --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) \
+	$(BIN)/jupyter lab $(LAB_FLAGS) \
 	  --ServerApp.root_dir=build/talk build/talk/notebooks/00_index.ipynb
 
 slides: $(STAMP)

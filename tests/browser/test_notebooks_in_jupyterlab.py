@@ -8,7 +8,7 @@ import pytest
 
 from .conftest import ROOT, TOKEN
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 RUN_TIMEOUT_MS = 420_000
@@ -24,9 +24,19 @@ def _open(page, lab_url: str, name: str) -> None:
         "?.getAttribute('data-status') === 'idle'", timeout=120_000)
 
 
+def _menu(page, menu: str, command: str) -> None:
+    page.locator(".jp-Notebook .jp-Cell").first.click()  # menus act on the active notebook
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(f"^{menu}$")).click()
+    page.locator(f"li[data-command='{command}']").click()
+
+
 def _run_all(page) -> None:
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
-    page.locator("li[data-command='notebook:run-all-cells']").click()
+    """Clear the stored outputs, then run every cell in the fresh kernel."""
+    _menu(page, "Edit", "editmenu:clear-all")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')]"
+        ".every(p => !/\\d/.test(p.textContent))", timeout=30_000)
+    _menu(page, "Run", "runmenu:run-all")
     # Every code cell shows an execution count and the kernel is idle again.
     page.wait_for_function(
         """() => {
@@ -80,10 +90,14 @@ def _change_first_slider(page) -> None:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_top_to_bottom_without_errors(page, lab_url, lab_root, screenshots, path):
     _open(page, lab_url, path.name)
-    _run_all(page)
+    try:
+        _run_all(page)
+    except Exception:
+        page.screenshot(path=screenshots / f"{path.stem}-FAILED.png")
+        raise
     nb = _save_and_read(page, lab_root / "notebooks" / path.name)
     counts = [c["execution_count"] for c in nb["cells"] if c["cell_type"] == "code"]
-    assert None not in counts
+    assert counts == list(range(1, len(counts) + 1)), "not one fresh top-to-bottom run"
     assert _errors_outside_raises_exception_cells(nb) == []
     if page.locator(".widget-slider").count():
         _change_first_slider(page)
