@@ -1,0 +1,434 @@
+"""Loader factories that put real data libraries through :func:`talk_helpers.audit.audit`.
+
+Notebook 10 runs Hugging Face ``datasets``, ``webdataset``, ``torchdata`` and the
+reference :class:`~talk_helpers.sharded_iterable.ShardedIterableDataset` in real gloo
+worlds and compares them in one table. Every ``make_*`` function here has the signature
+``audit`` expects, ``make_loader(rank, world_size, epoch)``, once its settings are bound
+with ``functools.partial``; they are module-level so that spawned ranks can import them.
+
+Everything is local and reproducible:
+
+* the data are the ids ``0..N-1`` (61 samples in the uneven shards of notebook 09);
+* Hugging Face runs offline (``HF_DATASETS_OFFLINE``, ``HF_HUB_OFFLINE``) with its cache
+  in a temporary directory, set here before ``datasets`` is imported;
+* webdataset tar shards are written on first use into a temporary directory whose name
+  depends only on the shard sizes, so every rank (under fork or spawn) finds the same
+  files; no path ever reaches an output;
+* every random choice is seeded. Where a library would draw fresh entropy per process
+  (``shuffle(seed=None)``), the factory stands in a generator seeded by the rank: the
+  ranks still disagree, as separate processes would, but the notebook output is stable.
+
+DataLoader workers inside a rank are forked where the platform can fork: the rank is a
+fresh process holding only the loader, and a spawned worker would import ``datasets`` again
+every epoch (seconds each). The ranks themselves start with ``TALK_START_METHOD``.
+
+A loader is built afresh for every epoch, as non-persistent DataLoader workers see it:
+each epoch they receive a new copy of the main process's dataset, so counters a library
+increments inside a worker are lost, and whatever the main process sets (``set_epoch``)
+is kept.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import re
+import tarfile
+import tempfile
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from html import escape
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+CACHE_DIR = os.path.join(tempfile.gettempdir(), "talk_helpers_library_audit")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_DATASETS_CACHE", os.path.join(CACHE_DIR, "hf"))
+
+SHARD_SIZES = (26, 9, 14, 12)        # notebook 09's four uneven shards: 61 samples
+SHARD_SIZES_MANY = (9, 4, 8, 6, 9, 5, 12, 8)  # the same 61 samples in eight shards
+N_SAMPLES = sum(SHARD_SIZES)
+BATCH_SIZE = 5
+NUM_WORKERS = 2
+STOP_AFTER = 3   # batches a rank takes before the checkpoint in the resume runs
+
+OK, BAD, INFO = "#009E73", "#D55E00", "#000000"
+
+__all__ = [
+    "BATCH_SIZE", "N_SAMPLES", "NUM_WORKERS", "SHARD_SIZES", "SHARD_SIZES_MANY",
+    "AuditTable", "LibraryRow", "hf_iterable", "make_hf_loader", "make_hf_stateful",
+    "make_map_stateful", "make_plain_iterable_stateful", "make_reference_loader",
+    "make_reference_stateful", "make_resumed", "make_wds_loader", "make_wds_resampled",
+    "resume_verdict", "short_error", "wds_shards",
+]
+
+
+def _context() -> dict:
+    """DataLoader keyword: fork the workers where possible (see the module docstring)."""
+    import multiprocessing
+
+    if "fork" in multiprocessing.get_all_start_methods():
+        return {"multiprocessing_context": "fork"}
+    return {}
+
+
+def _loader_kwargs(num_workers: int) -> dict:
+    return {"num_workers": num_workers, **(_context() if num_workers > 0 else {})}
+
+
+def _quiet() -> None:
+    warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+    warnings.filterwarnings("ignore", message=".*shardshuffle.*")
+    warnings.filterwarnings("ignore", message=".*Too many dataloader workers.*")
+
+
+# ------------------------------------------------------------------ Hugging Face datasets
+
+
+def hf_iterable(n: int = N_SAMPLES, num_shards: int = 4, *, shuffle: bool = False,
+                seed: int | None = 0, rank: int = 0, buffer_size: int = 8):
+    """``Dataset.from_dict({"id": 0..n-1}).to_iterable_dataset(num_shards)``, shuffled with
+    ``seed`` if asked. ``seed=None`` stands for an unseeded shuffle: a generator seeded by
+    ``rank`` (each process would draw its own entropy)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    ds = datasets.Dataset.from_dict({"id": np.arange(n)})
+    it = ds.to_iterable_dataset(num_shards=num_shards)
+    if shuffle:
+        if seed is None:
+            it = it.shuffle(generator=np.random.default_rng(1000 + rank),
+                            buffer_size=buffer_size)
+        else:
+            it = it.shuffle(seed=seed, buffer_size=buffer_size)
+    return it
+
+
+def _hf_split(rank, world_size, epoch, *, n, num_shards, shuffle, seed, buffer_size,
+              set_epoch, split_then_epoch=True):
+    from datasets.distributed import split_dataset_by_node
+
+    it = hf_iterable(n, num_shards, shuffle=shuffle, seed=seed, rank=rank,
+                     buffer_size=buffer_size)
+    if set_epoch and not split_then_epoch:
+        it.set_epoch(epoch)
+    it = split_dataset_by_node(it, rank=rank, world_size=world_size)
+    if set_epoch and split_then_epoch:
+        it.set_epoch(epoch)
+    return it
+
+
+def make_hf_loader(rank: int, world_size: int, epoch: int, *, n: int = N_SAMPLES,
+                   num_shards: int = 4, shuffle: bool = False, seed: int | None = 0,
+                   buffer_size: int = 8, set_epoch: bool = True,
+                   split_then_epoch: bool = True, num_workers: int = NUM_WORKERS,
+                   batch_size: int = BATCH_SIZE):
+    """``to_iterable_dataset(num_shards)`` → (``shuffle``) → ``split_dataset_by_node`` →
+    ``set_epoch(epoch)`` → DataLoader. ``split_then_epoch=False`` calls ``set_epoch``
+    before the split instead."""
+    _quiet()
+    it = _hf_split(rank, world_size, epoch, n=n, num_shards=num_shards, shuffle=shuffle,
+                   seed=seed, buffer_size=buffer_size, set_epoch=set_epoch,
+                   split_then_epoch=split_then_epoch)
+    return DataLoader(it, batch_size=batch_size, **_loader_kwargs(num_workers))
+
+
+def make_hf_stateful(rank: int, world_size: int, epoch: int, *, n: int = N_SAMPLES,
+                     num_shards: int = 4, shuffle: bool = False, seed: int | None = 0,
+                     buffer_size: int = 8, num_workers: int = NUM_WORKERS,
+                     batch_size: int = BATCH_SIZE):
+    """The same pipeline in torchdata's StatefulDataLoader (for :func:`make_resumed`)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    _quiet()
+    it = _hf_split(rank, world_size, epoch, n=n, num_shards=num_shards, shuffle=shuffle,
+                   seed=seed, buffer_size=buffer_size, set_epoch=True)
+    return StatefulDataLoader(it, batch_size=batch_size, **_loader_kwargs(num_workers))
+
+
+# ------------------------------------------------------------------ webdataset
+
+
+def wds_shards(sizes=SHARD_SIZES) -> list[str]:
+    """Tar shards holding the ids ``0..sum(sizes)-1`` in order, one ``<key>.id`` member per
+    sample; written once (atomically, so ranks may race) and reused."""
+    sizes = tuple(int(s) for s in sizes)
+    folder = os.path.join(CACHE_DIR, "wds-" + "-".join(map(str, sizes)))
+    os.makedirs(folder, exist_ok=True)
+    paths, start = [], 0
+    for i, size in enumerate(sizes):
+        path = os.path.join(folder, f"shard-{i:05d}.tar")
+        if not os.path.exists(path):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with tarfile.open(tmp, "w") as tar:
+                for sample in range(start, start + size):
+                    data = str(sample).encode()
+                    info = tarfile.TarInfo(f"{sample:06d}.id")
+                    info.size, info.mtime = len(data), 0
+                    tar.addfile(info, io.BytesIO(data))
+            os.replace(tmp, path)
+        paths.append(path)
+        start += size
+    return paths
+
+
+def _wds_id(sample: dict) -> int:
+    return int(sample["id"])
+
+
+def _ids_tensor(samples: list) -> torch.Tensor:
+    return torch.tensor(samples, dtype=torch.int64)
+
+
+def make_wds_loader(rank: int, world_size: int, epoch: int, *, sizes=SHARD_SIZES,
+                    shardshuffle=False, detshuffle: bool = False, seed: int = 0,
+                    split_nodes: bool = True, num_workers: int = NUM_WORKERS,
+                    batch_size: int = BATCH_SIZE):
+    """``WebDataset(urls, nodesplitter=split_by_node, workersplitter=split_by_worker,
+    shardshuffle=…, seed=…)`` in a DataLoader. ``seed`` is what ``WebDataset`` would draw
+    once at construction; passing it keeps every epoch's copy as the one built once.
+    ``split_nodes=False`` keeps WebDataset's default node splitter."""
+    import webdataset as wds
+
+    _quiet()
+    extra = {"nodesplitter": wds.split_by_node} if split_nodes else {}
+    ds = wds.WebDataset(wds_shards(sizes), **extra,
+                        workersplitter=wds.split_by_worker, shardshuffle=shardshuffle,
+                        detshuffle=detshuffle, seed=seed, empty_check=False).map(_wds_id)
+    return DataLoader(ds, batch_size=batch_size, **_loader_kwargs(num_workers))
+
+
+def make_wds_resampled(rank: int, world_size: int, epoch: int, *, sizes=SHARD_SIZES,
+                       batches_per_epoch: int = 6, seed: int = 0,
+                       num_workers: int = NUM_WORKERS, batch_size: int = BATCH_SIZE):
+    """The maintainers' DDP recipe: shards drawn with replacement (``ResampledShards``,
+    here ``deterministic=True`` so the run is reproducible), batched in the workers, and
+    ``WebLoader(...).with_epoch(batches_per_epoch)`` cutting each rank's endless stream."""
+    import webdataset as wds
+
+    _quiet()
+    pipeline = wds.DataPipeline(
+        wds.ResampledShards(wds_shards(sizes), seed=seed, deterministic=True),
+        wds.tarfile_to_samples(),
+        wds.map(_wds_id),
+        wds.batched(batch_size, collation_fn=_ids_tensor),
+    )
+    loader = wds.WebLoader(pipeline, batch_size=None, **_loader_kwargs(num_workers))
+    return loader.with_epoch(batches_per_epoch)
+
+
+# ------------------------------------------------------------------ torchdata and the reference
+
+
+class _Ids(Dataset):
+    """Map-style ids ``0..n-1``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        return int(index)
+
+
+def make_map_stateful(rank: int, world_size: int, epoch: int, *, n: int = N_SAMPLES,
+                      seed: int = 0, num_workers: int = NUM_WORKERS,
+                      batch_size: int = BATCH_SIZE):
+    """A plain map-style dataset with torchdata's ``StatefulDistributedSampler``
+    (``set_epoch(epoch)``) in a ``StatefulDataLoader``."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
+
+    _quiet()
+    sampler = StatefulDistributedSampler(_Ids(n), num_replicas=world_size, rank=rank,
+                                         shuffle=True, seed=seed)
+    sampler.set_epoch(epoch)
+    return StatefulDataLoader(_Ids(n), batch_size=batch_size, sampler=sampler,
+                              **_loader_kwargs(num_workers))
+
+
+def make_plain_iterable_stateful(rank: int, world_size: int, epoch: int, *,
+                                 sizes=SHARD_SIZES, num_workers: int = NUM_WORKERS,
+                                 batch_size: int = BATCH_SIZE):
+    """A plain iterable dataset with no ``state_dict`` (shards round-robin over ranks,
+    then workers; notebook 05's ``ShardedIds``) in a ``StatefulDataLoader``."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from talk_helpers.toy.ddp import ShardedIds
+
+    _quiet()
+    return StatefulDataLoader(ShardedIds(sizes, rank, world_size), batch_size=batch_size,
+                              **_loader_kwargs(num_workers))
+
+
+def make_reference_loader(rank: int, world_size: int, epoch: int, *, sizes=SHARD_SIZES,
+                          seed: int = 0, num_workers: int = NUM_WORKERS,
+                          batch_size: int = BATCH_SIZE):
+    """Notebook 09's ``ShardedIterableDataset`` over the same shards, in a DataLoader."""
+    from talk_helpers.toy.exercise import make_final_dataset
+
+    ds = make_final_dataset(sizes=sizes, seed=seed, batch_size=batch_size)
+    ds.set_epoch(epoch)
+    return DataLoader(ds, batch_size=None, **_loader_kwargs(num_workers))
+
+
+def make_reference_stateful(rank: int, world_size: int, epoch: int, *, sizes=SHARD_SIZES,
+                            seed: int = 0, num_workers: int = NUM_WORKERS,
+                            batch_size: int = BATCH_SIZE):
+    """The reference dataset in a ``StatefulDataLoader`` (for :func:`make_resumed`)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from talk_helpers.toy.exercise import make_final_dataset
+
+    _quiet()
+    ds = make_final_dataset(sizes=sizes, seed=seed, batch_size=batch_size)
+    ds.set_epoch(epoch)
+    return StatefulDataLoader(ds, batch_size=None, **_loader_kwargs(num_workers))
+
+
+# ------------------------------------------------------------------ resume
+
+
+def make_resumed(rank: int, world_size: int, epoch: int, *, build, stop_after: int = STOP_AFTER):
+    """Take ``stop_after`` batches from ``build(rank, world_size, epoch)``, save its
+    ``state_dict()`` (through pickle, as a checkpoint file would), then build a new loader
+    the same way, load the state and read it to the end. Returns every batch the "job"
+    saw, before and after the restart, so ``audit`` can check the epoch as a whole."""
+    loader = build(rank, world_size, epoch)
+    iterator = iter(loader)
+    before = []
+    for _ in range(stop_after):
+        try:
+            before.append(next(iterator))
+        except StopIteration:
+            break
+    state = pickle.dumps(loader.state_dict())
+    del iterator, loader
+    resumed = build(rank, world_size, epoch)
+    resumed.load_state_dict(pickle.loads(state))
+    return before + list(resumed)
+
+
+def short_error(report) -> str:
+    """The innermost exception of the first failed rank, as ``Type: message`` (no paths,
+    no process ids): what a notebook shows when a library crashes inside a rank."""
+    text = report.error or ""
+    if report.world is not None and report.world.failed_ranks:
+        text = report.world.ranks[report.world.failed_ranks[0]].error or text
+    found = re.findall(r"([A-Za-z_]+(?:Error|Exception): [^\n]*?)(?=\s+[A-Za-z_]+"
+                       r"(?:Error|Exception): |$)", str(text).strip())
+    return found[-1].strip() if found else str(text).strip().splitlines()[-1]
+
+
+def resume_verdict(uninterrupted, resumed) -> tuple[bool, str]:
+    """Compare a resumed run with the uninterrupted one, rank by rank and epoch by epoch:
+    the same ids in the same order is exact; otherwise count what was lost or repeated."""
+    if resumed.error is not None or uninterrupted.error is not None:
+        return False, "could not run"
+    lost = repeated = 0
+    same_order = True
+    for e in range(min(uninterrupted.n_epochs, resumed.n_epochs)):
+        for r in range(uninterrupted.world_size):
+            a, b = uninterrupted.ids(e, r), resumed.ids(e, r)
+            if not np.array_equal(a, b):
+                same_order = False
+            ca, cb = Counter(a.tolist()), Counter(b.tolist())
+            lost += sum((ca - cb).values())
+            repeated += sum((cb - ca).values())
+    if lost == 0 and repeated == 0:
+        return True, "exact" if same_order else "same samples, other order"
+    parts = [f"{lost} lost" if lost else "", f"{repeated} repeated" if repeated else ""]
+    return False, " · ".join(p for p in parts if p)
+
+
+# ------------------------------------------------------------------ the table
+
+
+@dataclass
+class LibraryRow:
+    """One line of the table: an audit, and optionally the same loader resumed."""
+
+    name: str
+    report: object
+    resumed: object = None
+    resume_note: str = "not supported"
+
+    def cells(self) -> list[tuple[bool | None, str]]:
+        rep = self.report
+        if rep.error is not None:
+            return [(False, "did not finish")] + [(None, "—")] * 4
+        bad = [c.exactly_once for c in rep.checks if not c.exactly_once.ok]
+        if bad:
+            worst = max(bad, key=lambda x: len(x.missing) + len(x.duplicates))
+            parts = []
+            if worst.missing:
+                parts.append(f"{len(worst.missing)} missing")
+            if worst.duplicates:
+                parts.append(f"{len(worst.duplicates)} duplicated")
+            if worst.unexpected:
+                parts.append(f"{len(worst.unexpected)} unexpected")
+            once = (False, " · ".join(parts))
+        else:
+            once = (True, "yes")
+        counts = [list(c.batch_counts.counts.values()) if isinstance(c.batch_counts.counts, dict)
+                  else list(c.batch_counts.counts) for c in rep.checks]
+        uneven = [c for c in counts if len(set(c)) > 1]
+        shown = uneven[0] if uneven else counts[0]
+        balanced = (not uneven, " / ".join(map(str, shown)) + ("" if not uneven else "  hang"))
+        if rep.order_changes:
+            changes = all(all(v) for v in rep.order_changes.values())
+            order = (changes, "changes" if changes else "repeats")
+        else:
+            order = (None, "—")
+        mixing = (None, "—") if rep.shuffle is None else (None, f"{rep.shuffle.mixing:.2f}")
+        if self.resumed is None:
+            resume = (None, self.resume_note)
+        elif self.resumed.error is not None:
+            resume = (False, "crashed: " + short_error(self.resumed))
+        else:
+            resume = resume_verdict(rep, self.resumed)
+        return [once, balanced, order, mixing, resume]
+
+
+HEADERS = ["loader", "exactly once", "batches per rank", "order across epochs",
+           "mixing", "mid-epoch resume"]
+
+
+class AuditTable:
+    """Rows of :class:`LibraryRow`, shown as one table (text and HTML)."""
+
+    def __init__(self, rows: list[LibraryRow]) -> None:
+        self.rows = list(rows)
+
+    def _grid(self) -> list[list[tuple[bool | None, str]]]:
+        return [[(None, row.name)] + row.cells() for row in self.rows]
+
+    def __repr__(self) -> str:
+        grid = [[(None, h) for h in HEADERS]] + self._grid()
+        texts = [[("✔ " if ok is True else "✘ " if ok is False else "") + t for ok, t in line]
+                 for line in grid]
+        widths = [max(len(line[i]) for line in texts) for i in range(len(HEADERS))]
+        return "\n".join("  ".join(t.ljust(w) for t, w in zip(line, widths, strict=True)).rstrip()
+                         for line in texts)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th style='text-align:left'>{escape(h)}</th>" for h in HEADERS)
+        body = []
+        for line in self._grid():
+            tds = []
+            for ok, text in line:
+                mark = "✔ " if ok is True else "✘ " if ok is False else ""
+                colour = OK if ok is True else BAD if ok is False else INFO
+                tds.append(f"<td style='text-align:left;color:{colour}'>"
+                           f"{escape(mark + text)}</td>")
+            body.append("<tr>" + "".join(tds) + "</tr>")
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
