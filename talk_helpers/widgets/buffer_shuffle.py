@@ -11,9 +11,10 @@ histogram of the first batches.
 
 from __future__ import annotations
 
+import io
+
 import ipywidgets as widgets
 import numpy as np
-from IPython.display import display
 
 from talk_helpers.diagrams.shuffling import class_mix
 from talk_helpers.mixing import shuffle_report
@@ -47,15 +48,20 @@ class BufferExplorer(widgets.VBox):
         self.rebatch = widgets.IntSlider(rebatch_buffer, 0, SIZE, step=20,
                                          description="main-process rebatch buffer (0 = off)",
                                          style=style, continuous_update=False)
-        self.output = widgets.Output()
+        self.image = widgets.Image(format="png")
         self.verdict = widgets.HTML()
         self.redraws = 0
         self.report = None
         for slider in (self.buffer, self.workers, self.shards, self.rebatch):
             slider.observe(self._on_change, names="value")
         super().__init__([widgets.HBox([self.buffer, self.workers, self.shards]),
-                          self.rebatch, self.verdict, self.output])
+                          self.rebatch, self.verdict, self.image])
         self.redraw()
+
+    def __repr__(self) -> str:
+        return (f"BufferExplorer(buffer size {self.buffer.value}, {self.workers.value} "
+                f"worker(s), {self.shards.value} shard(s), rebatch buffer "
+                f"{self.rebatch.value}) · mixing {self.report.mixing:.2f}")
 
     def _on_change(self, _change):
         self.redraw()
@@ -79,9 +85,11 @@ class BufferExplorer(widgets.VBox):
         title = (f"buffer {self.buffer.value}, {self.workers.value} worker(s), "
                  f"{self.shards.value} shard(s)")
         fig = class_mix([(title, runs[0], self.report)], self.labels, CLASSES)
-        self.output.clear_output(wait=True)
-        with self.output:
-            display(fig)
+        # Drawn into the Image widget's bytes: no output messages, so the redraw looks the
+        # same in JupyterLab, in a headless run and in nbval.
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+        self.image.value = buffer.getvalue()
         self.redraws += 1
 
 
