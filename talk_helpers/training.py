@@ -90,10 +90,15 @@ def train_with_join(rank: int, world_size: int, loader_kwargs: dict) -> dict:
 
 def train_with_join_and_logging(rank: int, world_size: int, loader_kwargs: dict) -> dict:
     """``model.join()`` plus one collective of your own per step (an all-reduced loss for
-    logging): Join does not shadow it, so the loop fails again. What gloo does next
-    depends on timing (it may abort the process with a C++ message on stderr); stderr is
-    silenced so that a notebook shows only the report, which keeps the error."""
+    logging): Join does not shadow it, so the loop fails again.
+
+    The logging collective runs on its own process group, so the failure is a clean
+    collective timeout on the rank that keeps training. On the default group it would
+    meet the collectives of Join's hooks instead, and what gloo does then depends on
+    timing (often a size mismatch that aborts the process with a C++ message on stderr,
+    which is silenced here so that a notebook shows only the report)."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    log_group = dist.new_group(backend="gloo")
     loader = make_sharded_loader(rank, world_size, 0, **loader_kwargs)
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -102,7 +107,7 @@ def train_with_join_and_logging(rank: int, world_size: int, loader_kwargs: dict)
         for batch in loader:
             report_progress(f"step {steps + 1}")
             loss = _step(model, optimizer, batch)
-            dist.all_reduce(loss)  # the mean loss for the log: not a Joinable collective
+            dist.all_reduce(loss, group=log_group)  # not a Joinable's collective
             seen.extend(batch.tolist())
             steps += 1
     return {"steps": steps, "ids": seen}

@@ -55,3 +55,10 @@ def test_epochless_training_runs_the_same_steps_on_every_rank():
     report = run_world(training.train_fixed_steps, 2, args=(UNEVEN, 5, None), **WORLD)
     assert report.ok, report
     assert _steps(report) == [5, 5]
+
+
+def test_join_does_not_cover_a_collective_of_your_own():
+    report = run_world(training.train_with_join_and_logging, 2, args=(UNEVEN,),
+                       **(WORLD | dict(collective_timeout_s=10)))
+    assert not report.ok
+    assert [r.last_progress for r in report.ranks] == ["step 3", "step 2"]

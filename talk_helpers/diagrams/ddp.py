@@ -6,7 +6,7 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from talk_helpers.notebook import PALETTE
 
-__all__ = ["ddp_picture", "placement_pairs", "batches_per_rank", "FIGURES"]
+__all__ = ["ddp_picture", "placement_pairs", "rank_worker_grids", "batches_per_rank", "FIGURES"]
 
 
 def ddp_picture(world_size: int = 2, workers: int = 2):
@@ -43,7 +43,7 @@ def ddp_picture(world_size: int = 2, workers: int = 2):
     ax.axis("off")
     ax.set_title("DDP: one process per rank, two levels of parallel loading, "
                  "one collective per step", loc="left", fontsize=10)
-    return fig
+    return _detached(fig)
 
 
 def placement_pairs(sim) -> list[tuple[int, tuple[int, int]]]:
@@ -52,10 +52,21 @@ def placement_pairs(sim) -> list[tuple[int, tuple[int, int]]]:
             for w, ids in enumerate(per_rank) for i in ids.tolist()]
 
 
+def rank_worker_grids(panels: dict, *, n_ids: int | None = None):
+    """Assignment grids, one row per (rank, worker): ``panels`` maps a title to a
+    Simulation (or to (sample id, (rank, worker)) pairs)."""
+    from talk_helpers.diagrams.workers import assignment_grids
+
+    pairs = {title: placement_pairs(p) if hasattr(p, "worker_samples") else p
+             for title, p in panels.items()}
+    return _detached(assignment_grids(pairs, n_ids=n_ids))
+
+
 def batches_per_rank(sim, *, title: str | None = None, ax=None):
     """One stacked bar per rank: how many batches each worker contributes. Ranks whose
     bar is taller than the shortest take steps the others never join."""
-    if ax is None:
+    own = ax is None
+    if own:
         _, ax = plt.subplots(figsize=(6, 2.8), layout="constrained")
     per_worker = sim.batches_per_worker
     bottoms = [0] * sim.nodes
@@ -74,7 +85,13 @@ def batches_per_rank(sim, *, title: str | None = None, ax=None):
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
     ax.set_title(title or f"batches per rank {sim.batches_per_rank} (dashed: the shortest)",
                  loc="left", fontsize=10)
-    return ax.figure
+    return _detached(ax.figure) if own else ax.figure
+
+
+def _detached(fig):
+    """Close ``fig`` in pyplot and return it: a cell ending on it shows it exactly once."""
+    plt.close(fig)
+    return fig
 
 
 def _ddp_picture_figure():
