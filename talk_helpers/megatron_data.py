@@ -7,7 +7,8 @@
   Python port of ``build_sample_idx`` in ``helpers.cpp``). :class:`GPTSamples` puts them
   together; each sample has ``seq_len + 1`` tokens and consecutive samples share one token.
 - :class:`MegatronPretrainingSampler` ('single') and :class:`MegatronPretrainingRandomSampler`
-  ('cyclic', data_sharding=True): the micro-batch samplers driven by ``consumed_samples``.
+  ('cyclic', data_sharding=True): the micro-batch samplers driven by ``consumed_samples``;
+  :class:`SkipBatchSampler`: how nanotron's HF-datasets path resumes a DistributedSampler.
 - :func:`split_micro_batch` / :func:`collate_clm`: from ``[micro_batch, seq_len + 1]`` rows
   to input_ids, input_mask, label_ids, label_mask (nanotron's ``DataCollatorForCLM``).
 """
@@ -20,9 +21,10 @@ import numpy as np
 
 __all__ = [
     "GPTSamples", "IndexedDataset", "MegatronPretrainingRandomSampler",
-    "MegatronPretrainingSampler", "TensorPointer", "build_document_index",
+    "MegatronPretrainingSampler", "SkipBatchSampler", "TensorPointer", "build_document_index",
     "build_sample_index", "build_shuffle_index", "collate_clm", "make_documents",
-    "num_epochs_needed", "sampler_steps", "split_micro_batch", "write_indexed_dataset",
+    "nanotron_rank_ids", "num_epochs_needed", "sampler_steps", "split_micro_batch",
+    "write_indexed_dataset",
 ]
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
@@ -322,6 +324,38 @@ class MegatronPretrainingRandomSampler:
                 self.consumed_samples += self.chunk
                 yield batch
                 batch = []
+
+
+class SkipBatchSampler:
+    """nanotron's resume wrapper: drop the first ``consumed // dp`` items of ``sampler``.
+
+    nanotron wraps a per-rank DistributedSampler in it and passes it to the DataLoader as
+    ``sampler=``, so the items dropped are sample indices, not batches (despite the name).
+    """
+
+    def __init__(self, sampler, skip_batches: int, dp_size: int):
+        self.sampler = sampler
+        self.skip_batches = skip_batches // dp_size
+
+    def __iter__(self):
+        for index, item in enumerate(self.sampler):
+            if index >= self.skip_batches:
+                yield item
+
+    def __len__(self) -> int:
+        return len(self.sampler) - self.skip_batches
+
+
+def nanotron_rank_ids(total_samples: int, consumed_samples: int, dp: int, dp_rank: int,
+                      shuffle: bool = False, seed: int = 42) -> list[int]:
+    """The sample indices DP rank ``dp_rank`` reads after resuming nanotron's HF-datasets path."""
+    from torch.utils.data import DistributedSampler
+
+    sampler = DistributedSampler(range(total_samples), num_replicas=dp, rank=dp_rank,
+                                 shuffle=shuffle, seed=seed, drop_last=True)
+    if consumed_samples > 0:
+        sampler = SkipBatchSampler(sampler, skip_batches=consumed_samples, dp_size=dp)
+    return list(sampler)
 
 
 def sampler_steps(sampler_cls, *, total_samples: int, consumed_samples: int,

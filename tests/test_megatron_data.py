@@ -17,6 +17,7 @@ from talk_helpers.megatron_data import (
     build_sample_index,
     collate_clm,
     make_documents,
+    nanotron_rank_ids,
     sampler_steps,
     split_micro_batch,
     write_indexed_dataset,
@@ -214,3 +215,14 @@ def test_collator_keeps_inputs_on_the_first_stage_and_labels_on_the_last():
     assert all(isinstance(v, TensorPointer) for v in middle.values())
     both = collate_clm(examples, pp_rank=0, input_pp_rank=0, output_pp_rank=0)
     assert not any(isinstance(v, TensorPointer) for v in both.values())
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("dp_after", [2, 4])
+def test_nanotrons_skip_batch_sampler_skips_samples_not_batches(shuffle, dp_after):
+    total, consumed, dp = 64, 24, 2
+    before = [nanotron_rank_ids(total, 0, dp, r, shuffle)[:consumed // dp] for r in range(dp)]
+    after = [nanotron_rank_ids(total, consumed, dp_after, r, shuffle) for r in range(dp_after)]
+    read = [i for ids in before + after for i in ids]
+    assert sorted(read) == list(range(total))     # each sample once, even with a new dp
+    assert len(after[0]) == total // dp_after - consumed // dp_after
