@@ -82,13 +82,15 @@ def targets(results: dict, workers: int, batch: int) -> str:
 NOTES = """
 ## How to read it
 
-- (b) and (c) differ less than seed 001 suggests. With `batch_size` set, the DataLoader
+- What separates (b) from (c) is not the transfer. With `batch_size` set, the DataLoader
   already collates inside each worker: samples never cross the process boundary one by
   one, in (b) or in (c). Batching in the dataset removes per-sample Python plumbing in
   the worker (one generator step and one small dict of tensors per sample, then
   `default_collate` stacking them); the per-sample masking stays. Either way each batch
   comes from one worker's block, so neither mixes across workers (notebook 08 measures
   this with `shuffle_report`, and what unbatch/shuffle/rebatch costs).
+- (d) fetches each batch with one index into an in-memory copy of the tokens, then masks
+  row by row like (c).
 - HF datasets and webdataset pay a per-sample price of their own: Arrow rows converted
   to numpy and torch one example at a time, and a Python tar header plus an `.npy`
   header parsed per sample.

@@ -225,37 +225,33 @@ def make_loader(kind: str, path, *, batch_size: int, num_workers: int = 0, work:
 
 
 def _reference_loader(path, batch_size, work, options):
-    """Notebook 09's dataset over the same tokens, with the same work, batched in workers."""
+    """Notebook 09's dataset over the same tokens, with the same work, batched in workers.
+
+    Its source is an in-memory (id, tokens...) array, so that it fetches a whole batch
+    with one fancy index; ``transform`` then masks each row by its id, as (c) does.
+    """
     if not reference_available():
         raise RuntimeError("talk_helpers.sharded_iterable is not available")
     from talk_helpers import sharded_iterable
 
-    source = TokenSource(path, work)
+    tokens = open_tokens(path)
+    table = np.empty((len(tokens), tokens.shape[1] + 1), dtype=np.int64)
+    table[:, 0] = np.arange(len(tokens))
+    table[:, 1:] = tokens
     dataset = sharded_iterable.ShardedIterableDataset(
-        source, batch_size=batch_size, shuffle=False)
+        table, batch_size=batch_size, shuffle=False,
+        transform=partial(_mask_id_token_rows, work=work))
     return DataLoader(dataset, batch_size=None, **options)
 
 
-class TokenSource:
-    """The token memmap as a sequence of masked samples (for datasets that take one)."""
-
-    def __init__(self, path, work: int = 1):
-        self.path, self.work = str(path), work
-        self.n = len(open_tokens(path))
-        self._tokens = None
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index):
-        if self._tokens is None:
-            self._tokens = open_tokens(self.path)
-        input_ids, labels = mask_tokens(self._tokens[index], int(index), self.work)
-        return {"id": int(index), "input_ids": torch.from_numpy(input_ids),
-                "labels": torch.from_numpy(labels)}
-
-    def __getstate__(self):
-        return {**self.__dict__, "_tokens": None}
+def _mask_id_token_rows(rows: torch.Tensor, _rng, work: int) -> dict:
+    rows = rows.numpy()
+    input_ids = np.empty((len(rows), rows.shape[1] - 1), dtype=np.int64)
+    labels = np.empty_like(input_ids)
+    for k, row in enumerate(rows):
+        input_ids[k], labels[k] = mask_tokens(row[1:], int(row[0]), work)
+    return {"id": torch.from_numpy(rows[:, 0].copy()), "input_ids": torch.from_numpy(input_ids),
+            "labels": torch.from_numpy(labels)}
 
 
 def _hf_mask(example, work):

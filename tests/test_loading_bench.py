@@ -221,3 +221,13 @@ def test_loader_passes_prefetch_and_persistence_only_with_workers(tokens_path):
     loader = lb.make_loader("iterable", tokens_path, batch_size=8, num_workers=1,
                             prefetch_factor=4, persistent_workers=True)
     assert loader.prefetch_factor == 4 and loader.persistent_workers
+
+
+@pytest.mark.skipif(not lb.reference_available(), reason="needs the reference dataset")
+def test_reference_row_yields_the_same_samples_as_batched_in_workers(tokens_path):
+    _, ids = collect(lb.make_loader("reference", tokens_path, batch_size=64, num_workers=2))
+    assert sorted(ids.tolist()) == list(range(N))
+    ref = next(iter(lb.make_loader("reference", tokens_path, batch_size=8)))
+    mine = next(iter(lb.make_loader("batched", tokens_path, batch_size=8)))
+    assert torch.equal(ref["id"], mine["id"])
+    assert torch.equal(ref["input_ids"], mine["input_ids"])

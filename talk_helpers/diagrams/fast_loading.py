@@ -48,11 +48,11 @@ def loop_figure(timings: dict):
     labels = list(timings)
     data = [sum(t.data_s) for t in timings.values()]
     step = [sum(t.step_s) for t in timings.values()]
-    fig, ax = plt.subplots(figsize=(5.5, 0.5 + 0.6 * len(labels)))
+    fig, ax = plt.subplots(figsize=(6.5, 0.9 + 0.6 * len(labels)))
     ax.barh(labels, step, color=PALETTE[0], label="in the step")
     ax.barh(labels, data, left=step, color=PALETTE[1], label="waiting for data")
     ax.set_xlabel("seconds")
     ax.invert_yaxis()
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     return fig
