@@ -1,0 +1,97 @@
+"""The library audit factories, and the library behaviours notebook 10 states."""
+
+import functools
+import tarfile
+
+import numpy as np
+import pytest
+
+from talk_helpers import library_audit as la
+from talk_helpers.audit import audit
+
+in_process = functools.partial(audit, world_size=2, epochs=2, expected=la.N_SAMPLES,
+                               in_process=True)
+
+
+def _fixed(rank, world_size, epoch, *, batches):
+    return [np.array(b) for b in batches[rank]]
+
+
+def test_wds_shards_hold_every_id_once_in_order_and_are_reused():
+    paths = la.wds_shards((3, 2))
+    ids = []
+    for path in paths:
+        with tarfile.open(path) as tar:
+            ids += [int(tar.extractfile(m).read()) for m in tar.getmembers()]
+    assert ids == [0, 1, 2, 3, 4]
+    assert la.wds_shards((3, 2)) == paths
+
+
+def test_resume_verdict_tells_exact_reordered_and_lossy_runs_apart():
+    base = in_process(functools.partial(_fixed, batches=[[[0, 1], [2]], [[3], [4]]]),
+                      expected=5)
+    same = in_process(functools.partial(_fixed, batches=[[[0, 1], [2]], [[3], [4]]]),
+                      expected=5)
+    other = in_process(functools.partial(_fixed, batches=[[[2, 1], [0]], [[3], [4]]]),
+                       expected=5)
+    lossy = in_process(functools.partial(_fixed, batches=[[[0, 1], [1]], [[3], [4]]]),
+                       expected=5)
+    assert la.resume_verdict(base, same) == (True, "exact")
+    assert la.resume_verdict(base, other) == (True, "same samples, other order")
+    assert la.resume_verdict(base, lossy) == (False, "2 lost · 2 repeated")
+
+
+def test_table_marks_each_verdict():
+    report = in_process(functools.partial(_fixed, batches=[[[0, 1], [2]], [[3, 4]]]),
+                        expected=5)
+    text = repr(la.AuditTable([la.LibraryRow("toy", report, report)]))
+    assert "toy" in text and "✔ yes" in text and "✘ 2 / 1  hang" in text
+    assert "✘ repeats" in text and "✔ exact" in text
+    assert "<table>" in la.AuditTable([la.LibraryRow("toy", report)])._repr_html_()
+
+
+def test_short_error_keeps_the_innermost_exception_only():
+    class Failed:
+        world = None
+        error = ("rank 0: IndexError: Caught IndexError in DataLoader worker process <PID>. "
+                 "Original Traceback: File \"/x.py\", line 3 IndexError: list index out of range")
+
+    assert la.short_error(Failed()) == "IndexError: list index out of range"
+
+
+@pytest.mark.parametrize(("num_shards", "counts"), [(4, (7, 6)), (3, (7, 6))])
+def test_datasets_split_is_exactly_once_but_unbalanced(num_shards, counts):
+    report = in_process(functools.partial(la.make_hf_loader, num_shards=num_shards,
+                                          num_workers=0))
+    assert all(c.exactly_once.ok for c in report.checks)
+    assert report.checks[0].batch_counts.counts == counts
+
+
+def test_datasets_set_epoch_before_the_split_is_lost():
+    before = in_process(functools.partial(la.make_hf_loader, shuffle=True, num_workers=0,
+                                          split_then_epoch=False))
+    after = in_process(functools.partial(la.make_hf_loader, shuffle=True, num_workers=0))
+    assert not any(before.order_changes[0]) and all(after.order_changes[0])
+
+
+def test_datasets_shuffle_keeps_its_shards_and_an_unseeded_split_does_not_raise():
+    ds = la.hf_iterable(num_shards=4)
+    assert ds.shuffle(seed=0, buffer_size=8).num_shards == 4
+    from datasets.distributed import split_dataset_by_node
+
+    assert list(split_dataset_by_node(ds.shuffle(buffer_size=8), rank=0, world_size=2))
+
+
+def test_datasets_ranks_with_their_own_unseeded_shuffle_duplicate_and_miss_samples():
+    report = in_process(functools.partial(la.make_hf_loader, shuffle=True, seed=None,
+                                          num_workers=0))
+    assert not report.checks[0].exactly_once.ok
+
+
+@pytest.mark.timeout(600)
+def test_webdataset_in_a_real_world_splits_shards_without_balance():
+    report = audit(la.make_wds_loader, world_size=2, epochs=1, expected=la.N_SAMPLES,
+                   timeout_s=500)
+    assert report.error is None, report
+    assert report.checks[0].exactly_once.ok
+    assert report.checks[0].batch_counts.counts == (9, 5)
