@@ -280,8 +280,10 @@ class ShardedIterableDataset(IterableDataset):
             yield item
 
     def _fetch(self, gids: np.ndarray):
-        if len(self._shards) == 1 and self._shards[0].source is None:
-            return torch.from_numpy(gids.copy())
+        if len(self._shards) == 1:  # a flat source: one vectorised read, no shard lookup
+            if self._shards[0].source is None:
+                return torch.from_numpy(gids.copy())
+            return self._take(0, gids)
         shard_of = np.searchsorted(self._offsets, gids, side="right") - 1
         first = shard_of[0]
         if (shard_of == first).all():

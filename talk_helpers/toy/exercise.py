@@ -188,7 +188,9 @@ def ddp_train(rank: int, world_size: int, *, epochs: int = 2, num_workers: int =
     from talk_helpers.distributed import report_progress
 
     ds = make_final_dataset(**kwargs)
-    loader = DataLoader(ds, batch_size=None, num_workers=num_workers)
+    # Persistent workers start once; set_epoch still reaches them (shared memory).
+    loader = DataLoader(ds, batch_size=None, num_workers=num_workers,
+                        persistent_workers=num_workers > 0)
     model = DistributedDataParallel(torch.nn.Linear(1, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     steps, seen = [], []
