@@ -8,8 +8,10 @@ exception (:class:`WorldFailed`).
 
 What the world guarantees:
 
-* **No port collisions.** The parent opens the rendezvous store on a port the operating
-  system picks (port 0), so two calls running at the same time never share a port.
+* **No port collisions.** Rank 0 opens the rendezvous store on a port the operating
+  system picks (port 0) and hands it to the other ranks, so two calls running at the
+  same time never share a port. The parent hosts no store: forking it (start method
+  fork) never copies a store server busy with another world's ranks.
 * **A deadline.** A collective that one rank never joins fails after
   ``collective_timeout_s`` (gloo's own timeout); the whole world is stopped after
   ``timeout_s`` whatever happens. When a rank raises, the other ranks get a short grace
@@ -20,8 +22,10 @@ What the world guarantees:
   notebook output is the same on every run.
 
 Start method: ``start_method`` if given, else ``TALK_START_METHOD`` (see
-:mod:`talk_helpers.start_method`), else ``"spawn"``, the one method that is safe from a
-Jupyter kernel with threads running. Under spawn and forkserver, ``fn`` and ``args`` are
+:mod:`talk_helpers.start_method`), else multiprocessing's current default (fork on Linux
+before Python 3.14), the same rule DataLoader workers follow in these notebooks. All
+three work from a Jupyter kernel; spawn costs a few seconds per world (every rank imports
+torch), fork a fraction of a second. Under spawn and forkserver, ``fn`` and ``args`` are
 pickled, so ``fn`` must be importable: a module-level function in ``talk_helpers`` or a
 ``functools.partial`` of one, never a function defined in a notebook cell. The same rule
 is enforced under fork, so that a notebook behaves the same under every start method.
@@ -56,11 +60,11 @@ import torch.multiprocessing as mp
 from talk_helpers.start_method import START_METHODS, requested_start_method
 
 HOST = "127.0.0.1"
-DEFAULT_START_METHOD = "spawn"
 ERROR_GRACE_S = 2.0  # after a rank raises, how long the others may take to report
 EXIT_GRACE_S = 5.0  # after every rank reported, how long each may take to exit cleanly
 SILENT_DEATH_GRACE_S = 1.0  # a dead rank's last message may still be in the pipe
 STATUSES = ("ok", "error", "timeout", "killed")
+DETAIL_WIDTH = 70  # longer errors are cut in the table and printed in full below it
 
 __all__ = [
     "RankOutcome",
@@ -112,7 +116,7 @@ class WorldReport:
     ranks: list[RankOutcome]
     elapsed_s: float
     stopped_by: str | None = None  # None, "error" or "deadline"
-    start_method: str = field(default=DEFAULT_START_METHOD, repr=False)
+    start_method: str = field(default="", repr=False)
 
     @property
     def ok(self) -> bool:
@@ -154,14 +158,14 @@ class WorldReport:
             if r.status == "ok":
                 detail = _short(repr(r.result), 60)
             elif r.error is not None:
-                detail = _short(r.error, 100)
+                detail = _short(r.error, DETAIL_WIDTH)
             elif r.status == "timeout":
                 detail = "still running at the deadline"
             elif r.status == "killed":
                 detail = "stopped because another rank failed"
             else:
                 detail = ""
-            progress = "-" if r.last_progress is None else _short(r.last_progress, 30)
+            progress = "-" if r.last_progress is None else _short(r.last_progress, 40)
             rows.append((str(r.rank), r.status, progress, detail))
         return rows
 
@@ -173,6 +177,9 @@ class WorldReport:
         for row in rows:
             cells = [row[i].ljust(widths[i]) for i in range(3)]
             lines.append(("  ".join([*cells, row[3]])).rstrip())
+        for r in self.ranks:  # errors cut short in the table, in full below it
+            if r.error is not None and len(" ".join(r.error.split())) > DETAIL_WIDTH:
+                lines.append(f"rank {r.rank}: {_short(r.error, 400)}")
         return "\n".join(lines)
 
     __str__ = __repr__
@@ -250,6 +257,15 @@ def report_progress(text: str) -> None:
         pass
 
 
+def _stage(text: str | None) -> None:
+    """Where the set-up of this rank is (None once fn runs): shown if the rank never
+    reaches fn."""
+    try:
+        _world["queue"].put(("stage", _world["rank"], text))
+    except Exception:
+        pass
+
+
 def current_rank() -> int | None:
     """This process's rank inside :func:`run_world`, or None outside a world."""
     return _world.get("rank")
@@ -264,31 +280,51 @@ def _watch_caller(caller_pid: int) -> None:
             os._exit(70)
 
 
-def _rank_main(rank, world_size, port, fn, args, result_queue, collective_timeout_s,
+def _rank_main(rank, world_size, port_queue, fn, args, result_queue, collective_timeout_s,
                rendezvous_timeout_s, caller_pid):
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world_size),
-        MASTER_ADDR=HOST,
-        MASTER_PORT=str(port),
-    )
     _world.update(rank=rank, queue=result_queue, last_progress=None)
     threading.Thread(target=_watch_caller, args=(caller_pid,), daemon=True).start()
     torch.set_num_threads(1)
     started = time.monotonic()
+    rendezvous = timedelta(seconds=rendezvous_timeout_s)
+    store = None
     message: tuple
     try:
-        store = dist.TCPStore(HOST, port, world_size=None, is_master=False,
-                              timeout=timedelta(seconds=rendezvous_timeout_s))
+        # Rank 0 hosts the rendezvous store on a port the OS picks and hands it to the
+        # others; the parent hosts nothing, so a fork never copies a busy store server.
+        if rank == 0:
+            _stage("opening the rendezvous store")
+            store = dist.TCPStore(HOST, 0, world_size=None, is_master=True,
+                                  timeout=rendezvous, wait_for_workers=False)
+            port = store.port
+            for _ in range(world_size - 1):
+                port_queue.put(port)
+        else:
+            _stage("waiting for rank 0's rendezvous port")
+            port = port_queue.get(timeout=rendezvous_timeout_s)
+            _stage("connecting to the rendezvous store")
+            store = dist.TCPStore(HOST, port, world_size=None, is_master=False,
+                                  timeout=rendezvous)
+        os.environ.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(world_size),
+            MASTER_ADDR=HOST,
+            MASTER_PORT=str(port),
+        )
         # Every rank is up before the process group starts, so a slow start under spawn
         # is not mistaken for a collective timeout.
+        _stage("waiting for the other ranks to start")
         store.set(f"up/{rank}", "1")
-        store.wait([f"up/{r}" for r in range(world_size)],
-                   timedelta(seconds=rendezvous_timeout_s))
+        store.wait([f"up/{r}" for r in range(world_size)], rendezvous)
+        _stage("joining the gloo process group")
+        # Connecting the full mesh may take long on a busy machine: it gets the start-up
+        # allowance; the collectives then get the short timeout.
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=collective_timeout_s))
+                                timeout=rendezvous)
+        dist.distributed_c10d._set_pg_timeout(timedelta(seconds=collective_timeout_s))
+        _stage(None)
         result = fn(rank, world_size, *args)
         elapsed = time.monotonic() - started
         try:
@@ -307,13 +343,22 @@ def _rank_main(rank, world_size, port, fn, args, result_queue, collective_timeou
             dist.destroy_process_group()
     except Exception:
         pass
+    if store is None:
+        return
+    # The store lives in rank 0: it stays up until every rank is done with it.
+    try:
+        store.set(f"done/{rank}", "1")
+        if rank == 0:
+            store.wait([f"done/{r}" for r in range(world_size)], rendezvous)
+    except Exception:
+        pass
 
 
 # ------------------------------------------------------------------ in the parent
 
 
 def _resolve_start_method(start_method: str | None) -> str:
-    method = start_method or requested_start_method() or DEFAULT_START_METHOD
+    method = start_method or requested_start_method() or mp.get_start_method()
     if method not in START_METHODS:
         raise ValueError(
             f"start_method={method!r} is not one of {', '.join(START_METHODS)}"
@@ -403,7 +448,7 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
         collective_timeout_s: gloo's timeout for one collective (a rank waiting for a
             peer that never joins raises after this long).
         start_method: "fork", "forkserver" or "spawn"; default ``TALK_START_METHOD``, else
-            "spawn".
+            multiprocessing's current default.
 
     Returns:
         a :class:`WorldReport` (``.ok``, ``.results``, ``.ranks``, ``.elapsed_s``).
@@ -419,18 +464,17 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
 
     started = time.monotonic()
     deadline = started + timeout_s
-    store = dist.TCPStore(HOST, 0, world_size=None, is_master=True,
-                          timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
-    port = store.port
+    port_queue = ctx.Queue()
     result_queue = ctx.Queue()
     procs = []
     outcomes: dict[int, RankOutcome] = {}
     progress: dict[int, str] = {}
+    stages: dict[int, str | None] = {}
     try:
         for rank in range(world_size):
             p = ctx.Process(
                 target=_rank_main,
-                args=(rank, world_size, port, fn, args, result_queue, collective_timeout_s,
+                args=(rank, world_size, port_queue, fn, args, result_queue, collective_timeout_s,
                       timeout_s, os.getpid()),
                 name=f"rank-{rank}",
                 daemon=False,
@@ -449,7 +493,7 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
         dead_since: dict[int, float] = {}
         next_scan = 0.0
         while True:
-            _drain(result_queue, outcomes, progress, wait=0.05)
+            _drain(result_queue, outcomes, progress, stages, wait=0.05)
             now = time.monotonic()
             if now >= next_scan:
                 live = [h for r, h in handles.items() if h is not None and r not in outcomes]
@@ -479,7 +523,7 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
         running = [r for r in range(world_size) if r not in outcomes]
         if running:
             _kill_tree([handles[r] for r in running], known=list(known.values()))
-            _drain(result_queue, outcomes, progress, wait=0.0)
+            _drain(result_queue, outcomes, progress, stages, wait=0.0)
         for rank in running:
             if rank not in outcomes:
                 status = "timeout" if stopped_by == "deadline" else "killed"
@@ -499,12 +543,16 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
                 except psutil.Error:
                     pass
             p.join(1.0)
-        result_queue.close()
-        result_queue.cancel_join_thread()
-        del store
+        for q in (result_queue, port_queue):
+            q.close()
+            q.cancel_join_thread()
     for rank, outcome in outcomes.items():
         if outcome.last_progress is None:
             outcome.last_progress = progress.get(rank)
+        if not outcome.ok and outcome.last_progress is None:
+            stage = stages.get(rank, "starting the process")
+            if stage is not None:
+                outcome.last_progress = f"(set-up: {stage})"
     return WorldReport(
         world_size=world_size,
         ranks=[outcomes[r] for r in range(world_size)],
@@ -514,7 +562,7 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
     )
 
 
-def _drain(result_queue, outcomes, progress, wait: float) -> None:
+def _drain(result_queue, outcomes, progress, stages, wait: float) -> None:
     block = wait > 0
     while True:
         try:
@@ -525,6 +573,8 @@ def _drain(result_queue, outcomes, progress, wait: float) -> None:
         kind, rank = message[0], message[1]
         if kind == "progress":
             progress[rank] = message[2]
+        elif kind == "stage":
+            stages[rank] = message[2]
         elif kind == "ok":
             _, _, payload, elapsed = message
             outcomes[rank] = RankOutcome(rank, "ok", result=pickle.loads(payload),
