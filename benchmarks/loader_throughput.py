@@ -117,6 +117,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="loader-bench-") as tmp:
         path = make_token_memmap(Path(tmp) / "tokens.npy", args.samples, args.seq_len)
@@ -137,7 +138,9 @@ def main(argv=None) -> None:
         f"round(s) per sample (≈15 µs of numpy work each), start method "
         f"{args.start_method}, ≤ {args.seconds} s of steady state per row (first batch "
         f"excluded), fastest of {args.repeats} passes. {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}, torch {torch.__version__}. Run took {elapsed:.0f} s.\n\n"
+        f"{platform.python_version()}, torch {torch.__version__}, load average "
+        f"{load_before:.1f} at the start (above the core count, other processes shared "
+        f"the cores and every row is noisy). Run took {elapsed:.0f} s.\n\n"
         f"× (a): ratio to row (a) with the same workers and batch size. × ceiling: ratio "
         f"to one process doing the same read and work without a DataLoader; above 1 means "
         f"the workers ran in parallel.\n\n")
