@@ -30,7 +30,8 @@ pickled, so ``fn`` must be importable: a module-level function in ``talk_helpers
 ``functools.partial`` of one, never a function defined in a notebook cell. The same rule
 is enforced under fork, so that a notebook behaves the same under every start method.
 Under forkserver the server process preloads torch and this module (set before it
-starts), so that each rank starts quickly.
+starts), so that each rank starts quickly; under fork the parent imports torch._dynamo
+once (DistributedDataParallel imports it in every rank otherwise, which takes seconds).
 
 Each rank runs with ``torch.set_num_threads(1)`` (ranks share a laptop's cores) and with
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
@@ -434,6 +435,19 @@ def _kill_tree(roots, include_roots: bool = True, known=()) -> None:
     psutil.wait_procs(list(victims.values()), timeout=3)
 
 
+# DistributedDataParallel imports torch._dynamo when it wraps its first model: seconds
+# in every rank. Imported once in the parent, forked ranks inherit it.
+WARM_IMPORTS = ("torch._dynamo",)
+
+
+def _warm_imports() -> None:
+    import importlib
+
+    for name in WARM_IMPORTS:
+        if name not in sys.modules:
+            importlib.import_module(name)
+
+
 def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
               collective_timeout_s: float = 10.0,
               start_method: str | None = None) -> WorldReport:
@@ -460,7 +474,9 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
     if method == "forkserver":
         # The server forks every rank from one process: with torch already imported
         # there, a rank starts in a fraction of a second instead of importing torch again.
-        ctx.set_forkserver_preload(["torch", "torch.distributed", __name__])
+        ctx.set_forkserver_preload(["torch", "torch.distributed", *WARM_IMPORTS, __name__])
+    elif method == "fork":
+        _warm_imports()
 
     started = time.monotonic()
     deadline = started + timeout_s
