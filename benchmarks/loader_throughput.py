@@ -31,7 +31,9 @@ import torch  # noqa: E402
 
 from talk_helpers.diagrams.fast_loading import throughput_figure  # noqa: E402
 from talk_helpers.loading_bench import (  # noqa: E402
+    KIND_LABELS,
     KINDS,
+    cpu_per_sample,
     grid_table,
     measure_ceiling,
     run_grid,
@@ -62,6 +64,22 @@ def check_speed() -> str:
             f"collections.Counter loop: {slow:.1f} s (timed on 1 million ids, ×10) → "
             f"{slow / fast:.0f}× faster")
 
+def cpu_table(path, work: int, batch_size: int) -> str:
+    """CPU µs per sample in one process, per kind, with and without the masking work."""
+    kinds = ["map", "iterable", "batched"] + (
+        [] if unavailable_reason("reference") else ["reference"])
+    works = sorted({0, work})
+    lines = [f"CPU time per sample with num_workers=0, batch {batch_size}, best of 3 "
+             f"(CPU time barely moves with machine load, unlike the rates above):\n",
+             "| loader | " + " | ".join(f"µs, {w} masking round(s)" for w in works) + " |",
+             "| --- |" + " ---: |" * len(works)]
+    for kind in kinds:
+        cells = [f"{cpu_per_sample(kind, path, batch_size=batch_size, work=w):.1f}"
+                 for w in works]
+        lines.append(f"| {KIND_LABELS[kind]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def targets(results: dict, workers: int, batch: int) -> str:
     """The issue's targets for the reference dataset, read from the table."""
     def rate(kind):
@@ -86,7 +104,8 @@ NOTES = """
   already collates inside each worker: samples never cross the process boundary one by
   one, in (b) or in (c). Batching in the dataset removes per-sample Python plumbing in
   the worker (one generator step and one small dict of tensors per sample, then
-  `default_collate` stacking them); the per-sample masking stays. Either way each batch
+  `default_collate` stacking them); the per-sample masking stays. The CPU table shows
+  the size of each part: the column without masking is the plumbing alone. Either way each batch
   comes from one worker's block, so neither mixes across workers (notebook 08 measures
   this with `shuffle_report`, and what unbatch/shuffle/rebatch costs).
 - (d) fetches each batch with one index into an in-memory copy of the tokens, then masks
@@ -128,6 +147,7 @@ def main(argv=None) -> None:
                            max_seconds=args.seconds, repeats=args.repeats,
                            start_method=args.start_method,
                            data_dir=tmp)
+        cpu = cpu_table(path, args.work, max(args.batch_sizes))
     table = grid_table(results, ceiling)
     missing = [k for k in args.kinds if unavailable_reason(k)]
     speed = check_speed()
@@ -144,7 +164,7 @@ def main(argv=None) -> None:
         f"× (a): ratio to row (a) with the same workers and batch size. × ceiling: ratio "
         f"to one process doing the same read and work without a DataLoader; above 1 means "
         f"the workers ran in parallel.\n\n")
-    text = (header + table + "\n\n" + targets(results, max(args.workers),
+    text = (header + table + "\n\n" + cpu + "\n\n" + targets(results, max(args.workers),
                                                  max(args.batch_sizes))
             + "\n\n" + speed + "\n" + NOTES)
     if missing:

@@ -231,3 +231,7 @@ def test_reference_row_yields_the_same_samples_as_batched_in_workers(tokens_path
     mine = next(iter(lb.make_loader("batched", tokens_path, batch_size=8)))
     assert torch.equal(ref["id"], mine["id"])
     assert torch.equal(ref["input_ids"], mine["input_ids"])
+
+
+def test_cpu_per_sample_is_a_positive_number_of_microseconds(tokens_path):
+    assert lb.cpu_per_sample("batched", tokens_path, batch_size=100, repeats=1) > 0
