@@ -6,8 +6,10 @@ the sample ids it trained on. ``train_naive`` is the loop that hangs when ranks 
 unequal batch counts; the others are its fixes (and one broken fix).
 """
 
+import itertools
 import os
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -15,6 +17,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from talk_helpers.distributed import report_progress
 from talk_helpers.toy.ddp import make_fixed_count_loader, make_sharded_loader
+
+STARTUP_TIMEOUT_S = 300
 
 __all__ = [
     "train_naive",
@@ -24,6 +28,16 @@ __all__ = [
     "train_with_join_throwing",
     "train_until_any_exhausted",
 ]
+
+
+def _started(loader):
+    """Start the loader's workers (take its first batch), then wait for every rank to get
+    there, with a generous timeout of its own: worker start-up under spawn on a busy
+    machine must not be mistaken for the hang the short collective timeout is there for."""
+    batches = iter(loader)
+    first = next(batches, None)
+    dist.monitored_barrier(timeout=timedelta(seconds=STARTUP_TIMEOUT_S))
+    return batches if first is None else itertools.chain([first], batches)
 
 
 def _model() -> DistributedDataParallel:
@@ -56,7 +70,7 @@ def train_naive(rank: int, world_size: int, loader_kwargs: dict, linger_s: float
     """One epoch over the loader, as every tutorial writes it. ``linger_s``: after its
     last step the rank keeps working that long without a collective (saving a checkpoint,
     say) before it exits."""
-    loader = make_sharded_loader(rank, world_size, 0, **loader_kwargs)
+    loader = _started(make_sharded_loader(rank, world_size, 0, **loader_kwargs))
     result = _loop(rank, world_size, loader)
     time.sleep(linger_s)
     return result
@@ -69,12 +83,12 @@ def train_fixed_steps(rank: int, world_size: int, loader_kwargs: dict, steps: in
     rank after exactly ``steps`` batches (its ``nbatches``; webdataset's ``with_epoch``)."""
     batches = make_fixed_count_loader(rank, world_size, 0, steps=steps, repeat=repeat,
                                       **loader_kwargs)
-    return _loop(rank, world_size, batches)
+    return _loop(rank, world_size, _started(batches))
 
 
 def train_with_join(rank: int, world_size: int, loader_kwargs: dict) -> dict:
     """``model.join()``: a rank that runs out shadows the others' gradient all-reduces."""
-    loader = make_sharded_loader(rank, world_size, 0, **loader_kwargs)
+    loader = _started(make_sharded_loader(rank, world_size, 0, **loader_kwargs))
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     seen, steps = [], 0
@@ -99,7 +113,7 @@ def train_with_join_and_logging(rank: int, world_size: int, loader_kwargs: dict)
     which is silenced here so that a notebook shows only the report)."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
     log_group = dist.new_group(backend="gloo")
-    loader = make_sharded_loader(rank, world_size, 0, **loader_kwargs)
+    loader = _started(make_sharded_loader(rank, world_size, 0, **loader_kwargs))
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     seen, steps = [], 0
@@ -116,7 +130,7 @@ def train_with_join_and_logging(rank: int, world_size: int, loader_kwargs: dict)
 def train_with_join_throwing(rank: int, world_size: int, loader_kwargs: dict) -> dict:
     """``model.join(throw_on_early_termination=True)``: when the first rank runs out,
     every rank raises at its next step; catch it and stop (extra batches are skipped)."""
-    loader = make_sharded_loader(rank, world_size, 0, **loader_kwargs)
+    loader = _started(make_sharded_loader(rank, world_size, 0, **loader_kwargs))
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     seen, steps = [], 0
@@ -137,7 +151,7 @@ def train_with_join_throwing(rank: int, world_size: int, loader_kwargs: dict) ->
 def train_until_any_exhausted(rank: int, world_size: int, loader_kwargs: dict) -> dict:
     """An all-reduced "exhausted" flag: before each step every rank says whether it still
     has a batch; all stop as soon as one rank has none (its extra batches are skipped)."""
-    loader = iter(make_sharded_loader(rank, world_size, 0, **loader_kwargs))
+    loader = _started(make_sharded_loader(rank, world_size, 0, **loader_kwargs))
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     seen, steps = [], 0
