@@ -21,6 +21,8 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
   (batch ``j`` of a rank is made by worker ``j % num_workers``, the order in which a
   DataLoader collects them);
 * ``transform(item, rng)`` gets a ``torch.Generator`` private to (rank, worker, epoch);
+  a worker's ``state_dict`` saves it, so a StatefulDataLoader resume repeats the same
+  augmentations (a plain-DataLoader resume deals the rest afresh, with fresh draws);
 * mid-epoch resume, exactly once, in fresh processes:
 
   - with ``torchdata.stateful_dataloader.StatefulDataLoader``: save and load the loader's
@@ -174,8 +176,11 @@ class ShardedIterableDataset(IterableDataset):
 
     def state_dict(self) -> dict:
         """Where this process's iteration stands (a worker's copy, or the main process)."""
-        progress = self._progress or {"epoch": self.epoch, "worker_id": None,
-                                      "num_workers": None, "first_item": 0, "yielded": 0}
+        progress = dict(self._progress or {"epoch": self.epoch, "worker_id": None,
+                                           "num_workers": None, "first_item": 0,
+                                           "yielded": 0})
+        rng = progress.pop("rng", None)  # the augmentation generator, saved mid-stream
+        progress["rng_state"] = None if rng is None else rng.get_state()
         return {"version": STATE_VERSION, "config": self._config(), **progress}
 
     def checkpoint(self, batches_consumed: int) -> dict:
@@ -201,8 +206,8 @@ class ShardedIterableDataset(IterableDataset):
         if "consumed" in state:
             self._pending = {"epoch": state["epoch"], "consumed": state["consumed"]}
         elif state.get("worker_id") is not None:
-            self._pending = {k: state[k] for k in ("epoch", "worker_id", "num_workers",
-                                                   "first_item", "yielded")}
+            self._pending = {k: state.get(k) for k in ("epoch", "worker_id", "num_workers",
+                                                       "first_item", "yielded", "rng_state")}
         else:
             self._pending = None
 
@@ -236,26 +241,27 @@ class ShardedIterableDataset(IterableDataset):
                 "batch_size": self.batch_size, "rank": self.rank,
                 "world_size": self.world_size}
 
-    def _resume_point(self, epoch: int, worker: int, num_workers: int) -> tuple[int, int]:
-        """(first item of the rank to deal out, items of this worker's stream to skip)."""
+    def _resume_point(self, epoch: int, worker: int, num_workers: int):
+        """(first item of the rank to deal out, items of this worker's stream to skip,
+        saved state of the augmentation generator or None)."""
         pending = self._pending
         if pending is None or pending["epoch"] != epoch:
-            return 0, 0
+            return 0, 0, None
         self._pending = None
         if "consumed" in pending:  # deal the rest of the rank's items afresh from worker 0
-            return pending["consumed"], 0
+            return pending["consumed"], 0, None
         if pending["num_workers"] != num_workers or pending["worker_id"] != worker:
             raise ValueError(
                 f"state comes from a different configuration: saved by worker "
                 f"{pending['worker_id']} of {pending['num_workers']}, loaded by worker "
                 f"{worker} of {num_workers}")
-        return pending["first_item"], pending["yielded"]
+        return pending["first_item"], pending["yielded"], pending.get("rng_state")
 
     def _iter_worker(self, worker: int, num_workers: int):
         """The items worker ``worker`` of ``num_workers`` yields on this rank (a function of
         the configuration, the epoch and a loaded resume point only)."""
         epoch = self.epoch
-        first, skip = self._resume_point(epoch, worker, num_workers)
+        first, skip, rng_state = self._resume_point(epoch, worker, num_workers)
         ids = worker_sample_ids(self.epoch_order(epoch), rank=self.rank,
                                 world_size=self.world_size, worker=worker,
                                 num_workers=num_workers, batch_size=self.batch_size,
@@ -264,9 +270,11 @@ class ShardedIterableDataset(IterableDataset):
         if self.transform is not None:
             rng = torch.Generator().manual_seed(
                 _mix_seed(self.seed, epoch, self.rank, worker, 1))
+            if rng_state is not None:
+                rng.set_state(rng_state)
         # Set now, not at the first next(): a state taken in between must describe this epoch.
         self._progress = {"epoch": epoch, "worker_id": worker, "num_workers": num_workers,
-                          "first_item": first, "yielded": skip}
+                          "first_item": first, "yielded": skip, "rng": rng}
         return self._items(ids, skip, rng, self._progress)
 
     def _items(self, ids: np.ndarray, skip: int, rng, progress: dict):

@@ -279,3 +279,48 @@ def test_dropped_and_padded_ids_are_the_ones_missing_or_repeated():
             assert sorted(set(range(100)) - set(seen)) == sorted(ds.dropped_ids().tolist())
         else:
             assert sorted(k for k, v in seen.items() if v == 2) == sorted(ds.padded_ids().tolist())
+
+
+def _draw(batch, rng):
+    return batch, torch.rand(len(batch), generator=rng)
+
+
+def test_a_worker_state_resumes_the_augmentation_generator_too():
+    def make():
+        ds = ShardedIterableDataset(50, batch_size=4, transform=_draw, rank=1, world_size=2)
+        ds.set_epoch(2)
+        return ds
+
+    ds = make()
+    full = list(ds._iter_worker(1, 2))
+    it = ds._iter_worker(1, 2)
+    for _ in range(2):
+        next(it)
+    fresh = make()
+    fresh.load_state_dict(ds.state_dict())
+    rest = list(fresh._iter_worker(1, 2))
+    assert len(rest) == len(full) - 2
+    for (b1, d1), (b2, d2) in zip(rest, full[2:], strict=True):
+        assert torch.equal(b1, b2) and torch.equal(d1, d2)
+
+
+def test_stateful_dataloader_resume_repeats_the_same_augmentations():
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def loader():
+        ds = ShardedIterableDataset(97, batch_size=6, seed=3, transform=_draw)
+        ds.set_epoch(4)
+        return StatefulDataLoader(ds, batch_size=None, num_workers=2, timeout=TIMEOUT)
+
+    full = list(loader())
+    first = loader()
+    it = iter(first)
+    before = [next(it) for _ in range(3)]
+    state = first.state_dict()
+    del it, first
+    resumed = loader()
+    resumed.load_state_dict(state)
+    got = before + list(resumed)
+    assert len(got) == len(full)
+    for (b1, d1), (b2, d2) in zip(got, full, strict=True):
+        assert torch.equal(b1, b2) and torch.equal(d1, d2)
