@@ -287,6 +287,10 @@ def _rank_main(rank, world_size, port_queue, fn, args, result_queue, collective_
     threading.Thread(target=_watch_caller, args=(caller_pid,), daemon=True).start()
     torch.set_num_threads(1)
     started = time.monotonic()
+    # Under spawn the heavy imports happen here, before the ranks synchronise, so that a
+    # rank still importing is never mistaken for a rank stuck in a collective.
+    _stage("importing")
+    _warm_imports()
     rendezvous = timedelta(seconds=rendezvous_timeout_s)
     store = None
     message: tuple
@@ -436,7 +440,8 @@ def _kill_tree(roots, include_roots: bool = True, known=()) -> None:
 
 
 # DistributedDataParallel imports torch._dynamo when it wraps its first model: seconds
-# in every rank. Imported once in the parent, forked ranks inherit it.
+# in every rank, long enough for a peer to hit the collective timeout. Forked ranks
+# inherit it from the parent; other ranks import it before they synchronise.
 WARM_IMPORTS = ("torch._dynamo",)
 
 
