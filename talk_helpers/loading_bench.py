@@ -39,7 +39,7 @@ from talk_helpers.toy.fast import (
 KINDS = ("map", "iterable", "batched", "reference", "hf", "wds")
 KIND_LABELS = {
     "map": "(a) map-style + DistributedSampler, per-sample fetch",
-    "iterable": "(b) iterable, per-sample transfer",
+    "iterable": "(b) iterable, yields samples (DataLoader batches them)",
     "batched": "(c) iterable, batched in workers",
     "reference": "(d) reference ShardedIterableDataset",
     "hf": "(e) HF datasets IterableDataset (torch format)",
