@@ -83,6 +83,10 @@ def _loader_kwargs(num_workers: int) -> dict:
 
 
 def _quiet() -> None:
+    import logging
+
+    logging.getLogger("torchdata.stateful_dataloader.stateful_dataloader").setLevel(
+        logging.ERROR)  # the fast-forward notice, printed by every rank
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
     warnings.filterwarnings("ignore", message=".*shardshuffle.*")
     warnings.filterwarnings("ignore", message=".*Too many dataloader workers.*")
