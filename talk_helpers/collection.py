@@ -83,6 +83,8 @@ def _read_intro(path: Path) -> tuple[str, tuple[str, ...]]:
             in_section = True
         elif in_section and stripped.startswith(("- ", "* ")):
             teaches.append(stripped[2:].strip())
+        elif in_section and teaches and stripped and line[:1].isspace():
+            teaches[-1] += " " + stripped  # a bullet wrapped onto the next line
         elif in_section and stripped:
             in_section = False
     return title, tuple(teaches)

@@ -128,3 +128,16 @@ def test_importing_every_talk_helpers_module_starts_no_process():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_collection_map_joins_bullets_wrapped_onto_the_next_line(tmp_path):
+    from talk_helpers.collection import collection_map
+
+    cell = {"cell_type": "markdown", "metadata": {}, "source": (
+        "# 01 · A title\n\n**What you will learn**\n- one long bullet that\n  wraps here\n"
+        "- a second one\n\n**Prerequisites**: none\n")}
+    (tmp_path / "01_map_style_and_iterable.ipynb").write_text(json.dumps({"cells": [cell]}))
+    entry = collection_map(tmp_path).entries[0]
+    assert (entry.title, entry.teaches, entry.exists) == (
+        "A title", ("one long bullet that wraps here", "a second one"), True)
+    assert not collection_map(tmp_path).entries[1].exists
