@@ -1,0 +1,43 @@
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.image as mpimg  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from talk_helpers.diagrams import all_figures  # noqa: E402
+from talk_helpers.diagrams.__main__ import main  # noqa: E402
+
+IMGS = Path(__file__).resolve().parent.parent / "imgs"
+
+
+def test_every_figure_has_a_committed_png():
+    missing = [name for name in all_figures() if not (IMGS / name).is_file()]
+    assert not missing, f"run `make imgs` and commit {missing}"
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("imgs")
+    main([str(out)])
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(all_figures()))
+def test_committed_png_matches_a_fresh_rendering(regenerated, name):
+    fresh, committed = mpimg.imread(regenerated / name), mpimg.imread(IMGS / name)
+    assert fresh.shape == committed.shape, f"{name} changed size: run `make imgs`"
+    assert np.array_equal(fresh, committed), f"{name} changed: run `make imgs`"
+
+
+def test_grid_title_counts_extra_copies_and_missing_ids():
+    from talk_helpers.diagrams.workers import assignment_grid
+
+    fig = assignment_grid([(0, 0), (0, 1), (2, 0), (2, (1, 0))], n_ids=4)
+    title = fig.axes[0].get_title(loc="left")
+    assert "2 of 4 ids received · 2 extra copies · 2 missing" in title
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [
+        "worker 0", "worker 1", "rank 1 · worker 0"]
