@@ -16,7 +16,11 @@ import random
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from talk_helpers.toy.basics import MapStyleIds
+
+MapIds = MapStyleIds  # map-style ids 0..size-1 for DistributedSampler, as in notebooks 01-02
 
 __all__ = [
     "SeedProbe", "TwoStreams", "WorkerSeededAugment", "MapIds", "EpochStream", "SharedEpochStream",
@@ -98,19 +102,6 @@ class WorkerSeededAugment(IterableDataset):
         for i in range(slot, self.size, slots):
             yield {"id": i, "aug": random.randrange(100), "rank": self.rank,
                    "worker": worker_id}
-
-
-class MapIds(Dataset):
-    """Map-style sample ids 0..size-1, for DistributedSampler."""
-
-    def __init__(self, size=100):
-        self.size = size
-
-    def __len__(self):
-        return self.size
-
-    def __getitem__(self, index):
-        return index
 
 
 class EpochStream(IterableDataset):
