@@ -169,17 +169,25 @@ def train_epoch(rank: int, world_size: int) -> int:
     return step
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def start_demo(timeout_s: float, setting: str) -> tuple[int, int, list[int]]:
+    """Join torchrun's world, arm the watchdog, and have rank 0 announce the plan.
+
+    Returns (rank, world_size, batches planned per rank)."""
     rank, world_size = world_from_env()
-    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
-    start_watchdog(rank, 3 * args.timeout + 10)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+    start_watchdog(rank, 3 * timeout_s + 10)
     sizes = shard_sizes(world_size)
     planned = [expected_batches(sizes, r, world_size) for r in range(world_size)]
     if rank == 0:
-        say(rank, f"shards {sizes}, {WORKERS} workers per rank, micro-batch {MICRO_BATCH}")
+        say(rank, f"shards {sizes}, {WORKERS} workers per rank, {setting}")
         say(rank, "batches per rank: " + ", ".join(f"rank {r}: {n}"
                                                    for r, n in enumerate(planned)))
+    return rank, world_size, planned
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    rank, world_size, planned = start_demo(args.timeout, f"micro-batch {MICRO_BATCH}")
     try:
         steps = train_epoch(rank, world_size)
     except CollectiveFailed as exc:

@@ -23,24 +23,19 @@ import argparse
 import os
 import sys
 import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.join import Join
 
 from talk_helpers.demos.hang import (
-    WORKERS,
     CollectiveFailed,
     describe,
-    expected_batches,
     make_loader,
     make_model,
     say,
-    shard_sizes,
-    start_watchdog,
+    start_demo,
     train_step,
-    world_from_env,
 )
 from talk_helpers.distributed import report_progress
 
@@ -108,15 +103,7 @@ def train_epoch(rank: int, world_size: int, fix: str = "flag") -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    rank, world_size = world_from_env()
-    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
-    start_watchdog(rank, 3 * args.timeout + 10)
-    sizes = shard_sizes(world_size)
-    planned = [expected_batches(sizes, r, world_size) for r in range(world_size)]
-    if rank == 0:
-        say(rank, f"shards {sizes}, {WORKERS} workers per rank, fix: {args.fix}")
-        say(rank, "batches per rank: " + ", ".join(f"rank {r}: {n}"
-                                                   for r, n in enumerate(planned)))
+    rank, world_size, _ = start_demo(args.timeout, f"fix: {args.fix}")
     try:
         out = train_epoch(rank, world_size, args.fix)
     except CollectiveFailed as exc:
