@@ -248,16 +248,11 @@ class MegatronPretrainingSampler:
 
     def __init__(self, total_samples: int, consumed_samples: int, micro_batch_size: int,
                  data_parallel_rank: int, data_parallel_size: int, drop_last: bool = True):
-        if total_samples <= 0:
-            raise ValueError(f"total_samples must be > 0, got {total_samples}")
+        _check_sampler_arguments(total_samples, micro_batch_size, data_parallel_rank,
+                                 data_parallel_size)
         if not 0 <= consumed_samples < total_samples:
             raise ValueError(f"consumed_samples must be in 0..{total_samples - 1}, "
                              f"got {consumed_samples}")
-        if micro_batch_size <= 0:
-            raise ValueError(f"micro_batch_size must be > 0, got {micro_batch_size}")
-        if not 0 <= data_parallel_rank < data_parallel_size:
-            raise ValueError(f"data_parallel_rank must be in 0..{data_parallel_size - 1}, "
-                             f"got {data_parallel_rank}")
         self.total_samples = total_samples
         self.consumed_samples = consumed_samples
         self.micro_batch_size = micro_batch_size
@@ -289,9 +284,14 @@ class MegatronPretrainingRandomSampler:
 
     def __init__(self, total_samples: int, consumed_samples: int, micro_batch_size: int,
                  data_parallel_rank: int, data_parallel_size: int):
-        if not 0 <= data_parallel_rank < data_parallel_size:
-            raise ValueError(f"data_parallel_rank must be in 0..{data_parallel_size - 1}, "
-                             f"got {data_parallel_rank}")
+        _check_sampler_arguments(total_samples, micro_batch_size, data_parallel_rank,
+                                 data_parallel_size)
+        if total_samples < micro_batch_size * data_parallel_size:
+            raise ValueError(f"total_samples must be at least micro_batch_size * "
+                             f"data_parallel_size = {micro_batch_size * data_parallel_size} "
+                             f"(one step), got {total_samples}")
+        if consumed_samples < 0:  # may pass total_samples: this sampler runs many epochs
+            raise ValueError(f"consumed_samples must be >= 0, got {consumed_samples}")
         self.total_samples = total_samples
         self.consumed_samples = consumed_samples
         self.micro_batch_size = micro_batch_size
@@ -324,6 +324,18 @@ class MegatronPretrainingRandomSampler:
                 self.consumed_samples += self.chunk
                 yield batch
                 batch = []
+
+
+def _check_sampler_arguments(total_samples: int, micro_batch_size: int,
+                             data_parallel_rank: int, data_parallel_size: int) -> None:
+    """The checks both Megatron samplers share; each adds its own bound on consumed_samples."""
+    if total_samples <= 0:
+        raise ValueError(f"total_samples must be > 0, got {total_samples}")
+    if micro_batch_size <= 0:
+        raise ValueError(f"micro_batch_size must be > 0, got {micro_batch_size}")
+    if not 0 <= data_parallel_rank < data_parallel_size:
+        raise ValueError(f"data_parallel_rank must be in 0..{data_parallel_size - 1}, "
+                         f"got {data_parallel_rank}")
 
 
 class SkipBatchSampler:

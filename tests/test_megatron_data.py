@@ -185,6 +185,23 @@ def test_sampler_rejects_bad_arguments():
         MegatronPretrainingSampler(10, 0, 2, 2, 2)
 
 
+@pytest.mark.parametrize(("args", "argument"), [
+    ((0, 0, 2, 0, 2), "total_samples must be > 0"),
+    ((3, 0, 2, 0, 2), "total_samples must be at least"),
+    ((10, -1, 2, 0, 2), "consumed_samples must be >= 0"),
+    ((10, 0, 0, 0, 2), "micro_batch_size"),
+    ((10, 0, 2, 2, 2), "data_parallel_rank"),
+])
+def test_random_sampler_rejects_bad_arguments_by_name(args, argument):
+    with pytest.raises(ValueError, match=argument):
+        MegatronPretrainingRandomSampler(*args)
+
+
+def test_random_sampler_accepts_an_offset_past_the_first_epoch():
+    sampler = MegatronPretrainingRandomSampler(8, 12, 2, 0, 2)
+    assert len(list(sampler)) == 1  # epoch 1, half of it already consumed
+
+
 # ---------------------------------------------------------------- micro-batch
 
 
