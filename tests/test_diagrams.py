@@ -41,3 +41,21 @@ def test_grid_title_counts_extra_copies_and_missing_ids():
     assert "2 of 4 ids received · 2 extra copies · 2 missing" in title
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [
         "worker 0", "worker 1", "rank 1 · worker 0"]
+
+
+def test_every_figure_function_displays_as_a_png_in_ipython_without_pyplot_setup():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    for name, make in all_figures().items():
+        data, _ = shell.display_formatter.format(make())
+        assert "image/png" in data, f"{name} would show as a bare <Figure …> repr"
+
+
+def test_a_figure_function_leaves_no_figure_open_in_pyplot():
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    for make in all_figures().values():
+        make()
+    assert plt.get_fignums() == [], "pyplot would draw these again at the end of the cell"

@@ -4,6 +4,7 @@ and how many batches each rank gets (from :mod:`talk_helpers.simulate` or a real
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from talk_helpers.diagrams import shown_once
 from talk_helpers.notebook import PALETTE
 
 __all__ = ["ddp_picture", "placement_pairs", "rank_worker_grids", "batches_per_rank", "FIGURES"]
@@ -43,7 +44,7 @@ def ddp_picture(world_size: int = 2, workers: int = 2):
     ax.axis("off")
     ax.set_title("DDP: one process per rank, two levels of parallel loading, "
                  "one collective per step", loc="left", fontsize=10)
-    return _detached(fig)
+    return shown_once(fig)
 
 
 def placement_pairs(sim) -> list[tuple[int, tuple[int, int]]]:
@@ -59,7 +60,7 @@ def rank_worker_grids(panels: dict, *, n_ids: int | None = None):
 
     pairs = {title: placement_pairs(p) if hasattr(p, "worker_samples") else p
              for title, p in panels.items()}
-    return _detached(assignment_grids(pairs, n_ids=n_ids))
+    return shown_once(assignment_grids(pairs, n_ids=n_ids))
 
 
 def batches_per_rank(sim, *, title: str | None = None, ax=None):
@@ -85,13 +86,8 @@ def batches_per_rank(sim, *, title: str | None = None, ax=None):
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
     ax.set_title(title or f"batches per rank {sim.batches_per_rank} (dashed: the shortest)",
                  loc="left", fontsize=10)
-    return _detached(ax.figure) if own else ax.figure
+    return shown_once(ax.figure) if own else ax.figure
 
-
-def _detached(fig):
-    """Close ``fig`` in pyplot and return it: a cell ending on it shows it exactly once."""
-    plt.close(fig)
-    return fig
 
 
 def _ddp_picture_figure():

@@ -3,6 +3,7 @@
 import matplotlib.pyplot as plt
 import numpy as np
 
+from talk_helpers.diagrams import shown_once
 from talk_helpers.notebook import PALETTE
 
 # Drawn from live measurements only: nothing is committed to imgs/.
@@ -39,7 +40,7 @@ def throughput_figure(results: dict, ceiling_rate: float, *, title: str = ""):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return fig
+    return shown_once(fig)
 
 
 def loop_figure(timings: dict):
@@ -55,4 +56,4 @@ def loop_figure(timings: dict):
     ax.invert_yaxis()
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
-    return fig
+    return shown_once(fig)

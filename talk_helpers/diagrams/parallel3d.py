@@ -5,6 +5,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import FancyBboxPatch, Rectangle
 
+from talk_helpers.diagrams import shown_once
 from talk_helpers.notebook import PALETTE
 
 __all__ = ["FIGURES", "bytes_moved", "group_layout", "indexed_dataset_indices"]
@@ -73,7 +74,7 @@ def group_layout(grid, roles=None, title=None):
     ax.set_title(title or f"{grid.world_size} ranks: tp={grid.tp} × dp={grid.dp} × "
                  f"pp={grid.pp}, rank = pp·{grid.tp * grid.dp} + dp·{grid.tp} + tp",
                  loc="left", fontsize=10)
-    return _detached(fig)
+    return shown_once(fig)
 
 
 def indexed_dataset_indices(samples, n_tokens: int = 64):
@@ -128,7 +129,7 @@ def indexed_dataset_indices(samples, n_tokens: int = 64):
     for ax in (top, mid, bottom):
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-    return _detached(fig)
+    return shown_once(fig)
 
 
 def bytes_moved(tables: dict):
@@ -151,13 +152,8 @@ def bytes_moved(tables: dict):
     ax.legend(fontsize=8, frameon=False, loc="lower right")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    return _detached(fig)
+    return shown_once(fig)
 
-
-def _detached(fig):
-    """Closed in pyplot and returned: a cell ending on it shows the figure exactly once."""
-    plt.close(fig)
-    return fig
 
 
 def _layout_figure():

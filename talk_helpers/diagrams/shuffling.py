@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
+from talk_helpers.diagrams import shown_once
 from talk_helpers.notebook import PALETTE
 
 __all__ = ["class_counts", "class_mix", "mixing_vs_buffer", "buffer_curves", "FIGURES"]
@@ -43,7 +44,7 @@ def class_mix(panels, labels, n_classes, *, max_batches=12, fig=None):
         ax.set_xticks(range(n_classes))
         ax.set_yticks(range(len(counts)))
         fig.colorbar(image, ax=ax, label="samples in batch", shrink=0.8)
-    return fig
+    return shown_once(fig)
 
 
 def mixing_vs_buffer(buffer_sizes, curves, *, size=None, ax=None):
@@ -64,7 +65,7 @@ def mixing_vs_buffer(buffer_sizes, curves, *, size=None, ax=None):
     ax.set_ylabel("mixing score (class groups)")
     ax.set_ylim(-0.05, 1.2)
     ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(0, 0.8))
-    return fig if fig is not None else ax.figure
+    return shown_once(fig) if fig is not None else ax.figure
 
 
 def buffer_curves(buffer_sizes, setups, *, batch_size=20, epochs=2):

@@ -11,6 +11,7 @@ import numpy as np
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 
+from talk_helpers.diagrams import shown_once
 from talk_helpers.notebook import PALETTE
 
 __all__ = ["assignment_grid", "assignment_grids", "batch_sizes", "FIGURES"]
@@ -66,7 +67,7 @@ def assignment_grid(data, *, n_ids=None, title=None, ax=None):
     summary = (f"{len(seen)} of {n_ids} ids received · {extra} extra copies · "
                f"{len(missing)} missing" + (" (▲)" if missing else ""))
     ax.set_title(f"{title}\n{summary}" if title else summary, fontsize=10, loc="left")
-    return _detached(ax.figure) if own_figure else ax.figure
+    return shown_once(ax.figure) if own_figure else ax.figure
 
 
 def assignment_grids(panels, *, n_ids=None):
@@ -76,7 +77,7 @@ def assignment_grids(panels, *, n_ids=None):
                              layout="constrained", height_ratios=heights, squeeze=False)
     for ax, (title, data) in zip(axes[:, 0], panels.items(), strict=True):
         assignment_grid(data, n_ids=n_ids, title=title, ax=ax)
-    return _detached(fig)
+    return shown_once(fig)
 
 
 def batch_sizes(runs, *, batch_size=None):
@@ -102,14 +103,8 @@ def batch_sizes(runs, *, batch_size=None):
     handles = [Patch(color=PALETTE[max(w, 0) % len(PALETTE)], label=_row_name(w))
                for w in workers]
     fig.legend(handles=handles, loc="outside right upper", fontsize=9, frameon=False)
-    return _detached(fig)
+    return shown_once(fig)
 
-
-def _detached(fig):
-    """Hand ``fig`` to the caller only: a notebook cell ending on it shows it once, and
-    pyplot does not show it again at the end of the cell."""
-    plt.close(fig)
-    return fig
 
 
 # --- The committed figures (imgs/), each from a real run ----------------------------------
