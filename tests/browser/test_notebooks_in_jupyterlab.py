@@ -67,6 +67,21 @@ def _errors_outside_raises_exception_cells(nb: dict) -> list[str]:
     return found
 
 
+def _stored_images(nb: dict) -> int:
+    """Outputs a reader sees as a picture: a PNG that is not the fallback of a live widget."""
+    return sum(1 for cell in nb["cells"] if cell["cell_type"] == "code"
+               for out in cell.get("outputs", [])
+               if "image/png" in out.get("data", {})
+               and "application/vnd.jupyter.widget-view+json" not in out["data"])
+
+
+def _drawn_images(page) -> int:
+    """Pictures JupyterLab drew in output areas (loaded, not broken)."""
+    return page.evaluate(
+        "() => [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output img')]"
+        ".filter(img => img.complete && img.naturalWidth > 0).length")
+
+
 def _change_first_slider(page) -> None:
     """Type a new value into the first slider's readout and check the output changes."""
     slider = page.locator(".widget-slider").first
@@ -89,6 +104,7 @@ def _change_first_slider(page) -> None:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_top_to_bottom_without_errors(page, lab_url, lab_root, screenshots, path):
+    stored_images = _stored_images(json.loads(path.read_text()))
     _open(page, lab_url, path.name)
     try:
         _run_all(page)
@@ -99,6 +115,7 @@ def test_notebook_runs_top_to_bottom_without_errors(page, lab_url, lab_root, scr
     counts = [c["execution_count"] for c in nb["cells"] if c["cell_type"] == "code"]
     assert counts == list(range(1, len(counts) + 1)), "not one fresh top-to-bottom run"
     assert _errors_outside_raises_exception_cells(nb) == []
+    assert _drawn_images(page) == stored_images, "a figure the notebook stores is not drawn"
     if page.locator(".widget-slider").count():
         _change_first_slider(page)
     page.screenshot(path=screenshots / f"{path.stem}.png", full_page=False)
