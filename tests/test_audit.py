@@ -1,12 +1,15 @@
 """audit(): every check on a loader's output, in a real world or in process."""
 
 import functools
+import json
 import pickle
 import threading
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader, DistributedSampler
 
 from talk_helpers.audit import AuditReport, audit, collect_ids
@@ -148,6 +151,8 @@ def test_a_real_world_with_dataloader_workers_in_every_rank():
     report = audit(worker_loader, world_size=2, epochs=2, expected=16, batch_size=2,
                    start_method="fork", timeout_s=120)
     assert report.ok, report
+    # Recorded inside the workers: batches of a map-style loader alternate between them.
+    assert report.checks[0].worker_samples == [[4, 4], [4, 4]]
 
 
 @pytest.mark.distributed
@@ -200,3 +205,155 @@ def test_collect_ids_returns_one_array_per_batch():
     out = collect_ids(0, 2, strided, 2)
     assert len(out) == 2 and [b.tolist() for b in out[0]] == [[0, 2, 4], [6, 8, 10]]
     pickle.dumps(out)
+
+
+# --- order, workers, by-design trade-offs, JSON ----------------------------------------
+
+def test_a_repeating_order_fails_when_the_loader_is_meant_to_shuffle():
+    report = audit(strided, world_size=2, epochs=2, expected=12, in_process=True,
+                   shuffle=True)
+    assert not report.ok and report.status == "fail"
+    assert report.order_repeats
+    assert repr(report).startswith("✘ audit of 2 ranks × 2 epochs · ✘ order repeats")
+
+
+def test_a_repeating_order_is_a_warning_in_the_headline_by_default():
+    report = audit(strided, world_size=2, epochs=2, expected=12, in_process=True)
+    assert report.ok and report.status == "warn"
+    title = repr(report).splitlines()[0]
+    assert title.startswith("⚠ audit") and "✔ exactly once · ⚠ order repeats" in title
+    assert "✔" not in title.split("·")[0]
+
+
+def test_order_is_not_judged_when_the_loader_is_not_meant_to_shuffle():
+    report = audit(strided, world_size=2, epochs=2, expected=12, in_process=True,
+                   shuffle=False)
+    assert report.ok and report.status == "pass"
+    assert repr(report).splitlines()[0] == "✔ audit of 2 ranks × 2 epochs"
+    assert "order not judged (shuffle=False)" in repr(report)
+    assert "✘" not in repr(report) and "⚠" not in repr(report)
+
+
+def test_a_reshuffled_loader_passes_with_shuffle_true():
+    report = audit(functools.partial(strided, n=64, batch_size=4, shuffle=True),
+                   world_size=2, epochs=3, expected=64, in_process=True, shuffle=True)
+    assert report.ok, report
+    assert report.status == "pass"
+
+
+def test_shuffle_true_with_one_epoch_cannot_pass():
+    report = audit(functools.partial(strided, shuffle=True), world_size=2, epochs=1,
+                   expected=12, in_process=True, shuffle=True)
+    assert not report.ok
+    assert "shuffle=True needs epochs ≥ 2" in repr(report)
+
+
+def nested_modulo(rank, world_size, epoch, workers=4):
+    from talk_helpers.toy.ddp import make_sharded_loader
+
+    return make_sharded_loader(rank, world_size, epoch, shard_sizes=[40], workers=workers,
+                               batch_size=5, policy="nested_modulo")
+
+
+def test_idle_workers_are_counted_inside_the_workers_and_flagged():
+    report = audit(nested_modulo, world_size=2, epochs=1, expected=40, batch_size=5,
+                   in_process=True)
+    check = report.checks[0]
+    assert check.worker_samples == [[10, 0, 10, 0], [0, 10, 0, 10]]
+    assert check.idle_workers == [(0, 1), (0, 3), (1, 0), (1, 2)]
+    assert report.ok and report.status == "warn"
+    assert "⚠ 4 of 8 workers idle" in repr(report).splitlines()[0]
+
+
+def test_busy_workers_are_listed_with_a_tick():
+    report = audit(functools.partial(nested_modulo, workers=1), world_size=2, epochs=1,
+                   expected=40, in_process=True)
+    assert report.checks[0].worker_samples == [[20], [20]]
+    assert report.status == "pass"
+    assert "✔ samples per worker: rank 0: 20 · rank 1: 20" in repr(report)
+
+
+def test_the_loader_still_yields_its_own_batches_after_the_audit():
+    loader = nested_modulo(0, 2, 0, workers=2)
+    audit(lambda r, w, e: loader, world_size=1, epochs=1, in_process=True)
+    assert all(isinstance(b, torch.Tensor) for b in loader)
+
+
+def drop_last_id(rank, world_size, epoch, n=12):
+    """Every rank drops its last sample: world_size ids lost on purpose."""
+    return [batch[:-1] if i == 1 else batch
+            for i, batch in enumerate(strided(rank, world_size, epoch, n=n))]
+
+
+def test_a_drop_declared_by_design_reads_as_the_trade_off():
+    report = audit(drop_last_id, world_size=2, epochs=1, expected=12, in_process=True,
+                   dropped_by_design=2)
+    assert report.ok and report.status == "pass"
+    assert repr(report).splitlines()[0] == ("✔ audit of 2 ranks × 1 epoch · "
+                                            "2 dropped by design")
+    assert "(2 dropped by design)" in repr(report)
+    ids = report.checks[0].exactly_once.missing
+    assert audit(drop_last_id, world_size=2, epochs=1, expected=12, in_process=True,
+                 dropped_by_design=ids).ok
+
+
+def test_more_losses_than_declared_still_fail():
+    report = audit(drop_last_id, world_size=2, epochs=1, expected=12, in_process=True,
+                   dropped_by_design=1)
+    assert not report.ok
+    assert "✘ 2 missing" in repr(report).splitlines()[0]
+    assert "by design: dropped 1; found more" in repr(report)
+
+
+def test_repeats_declared_by_design_read_as_the_trade_off():
+    def padded(rank, world_size, epoch):
+        return [[0, 1], [2]] if rank == 0 else [[3, 4], [0]]
+
+    report = audit(padded, world_size=2, epochs=1, expected=5, in_process=True,
+                   repeated_by_design=[0])
+    assert report.ok and "1 repeated by design" in repr(report).splitlines()[0]
+    assert not audit(padded, world_size=2, epochs=1, expected=5, in_process=True).ok
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 40), st.data())
+def test_a_declared_drop_passes_only_when_it_accounts_for_every_loss(n, data):
+    lost = data.draw(st.integers(0, n - 1))
+    declared = data.draw(st.integers(0, n))
+
+    def loader(rank, world_size, epoch):
+        return [list(range(lost, n))]
+
+    report = audit(loader, world_size=1, epochs=1, expected=n, in_process=True,
+                   dropped_by_design=declared)
+    assert report.ok == (lost == 0 or declared == lost)  # nothing lost is always fine
+
+
+def test_to_dict_is_json_and_caps_the_id_lists():
+    report = audit(all_ids, world_size=2, epochs=2, expected=14, in_process=True)
+    doc = json.loads(json.dumps(report.to_dict(limit=5)))
+    assert doc["schema"] == "talk_helpers.audit/1"
+    assert doc["ok"] is False and doc["status"] == "fail"
+    assert doc["world_size"] == 2 and doc["n_epochs"] == 2 and doc["expected"] == 14
+    epoch = doc["epochs"][0]
+    assert epoch["exactly_once"]["duplicated_count"] == 12
+    assert epoch["exactly_once"]["duplicated"] == [[i, 2] for i in range(5)]
+    assert epoch["exactly_once"]["missing"] == [12, 13]
+    assert epoch["batches_per_rank"] == [4, 4] and epoch["samples_per_rank"] == [12, 12]
+    assert {"mark": "✘", "text": "12 duplicated"} in doc["problems"]
+    assert doc["headline"] == repr(report).splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(shuffle="yes"), ValueError, "shuffle must be None, True or False"),
+        (dict(shuffle=1), ValueError, "shuffle must be None, True or False"),
+        (dict(dropped_by_design=-1), ValueError, "dropped_by_design"),
+        (dict(repeated_by_design="x"), TypeError, "repeated_by_design"),
+        (dict(dropped_by_design=True), TypeError, "dropped_by_design"),
+    ],
+)
+def test_bad_order_and_design_arguments_get_clear_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        audit(strided, world_size=2, in_process=True, **kwargs)
