@@ -24,14 +24,19 @@ What the world guarantees:
 Start method: ``start_method`` if given, else ``TALK_START_METHOD`` (see
 :mod:`talk_helpers.start_method`), else multiprocessing's current default (fork on Linux
 before Python 3.14), the same rule DataLoader workers follow in these notebooks. All
-three work from a Jupyter kernel; spawn costs a few seconds per world (every rank imports
-torch), fork a fraction of a second. Under spawn and forkserver, ``fn`` and ``args`` are
+three work from a Jupyter kernel. Under spawn and forkserver, ``fn`` and ``args`` are
 pickled, so ``fn`` must be importable: a module-level function in ``talk_helpers`` or a
 ``functools.partial`` of one, never a function defined in a notebook cell. The same rule
 is enforced under fork, so that a notebook behaves the same under every start method.
-Under forkserver the server process preloads torch and this module (set before it
-starts), so that each rank starts quickly; under fork the parent imports torch._dynamo
-once (DistributedDataParallel imports it in every rank otherwise, which takes seconds).
+
+What a world costs to start: fork a fraction of a second (the parent imports
+torch._dynamo once, which DistributedDataParallel would import in every rank); forkserver
+as little, because the server preloads torch (``start_method.FORKSERVER_PRELOAD``);
+spawn a new interpreter and ``import torch`` per rank, seconds. So under spawn the ranks
+of a successful call are kept as a *warm world* for the next call with the same world
+size (``reuse=``, ``TALK_WARM_WORLD``; see :mod:`talk_helpers.world_pool`): still
+processes started with spawn, with a fresh process group and fresh DataLoader workers
+every call; any failure stops them all. ``report.how`` says which it was.
 
 Each rank runs with ``torch.set_num_threads(1)`` (ranks share a laptop's cores) and with
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
@@ -58,7 +63,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from talk_helpers.start_method import START_METHODS, requested_start_method
+from talk_helpers.start_method import (
+    FORKSERVER_PRELOAD,
+    START_METHODS,
+    requested_start_method,
+)
 
 HOST = "127.0.0.1"
 ERROR_GRACE_S = 2.0  # after a rank raises, how long the others may take to report
@@ -75,6 +84,8 @@ __all__ = [
     "report_progress",
     "run_ranks",
     "run_world",
+    "shutdown_warm_worlds",
+    "warm_worlds",
 ]
 
 
@@ -117,7 +128,14 @@ class WorldReport:
     ranks: list[RankOutcome]
     elapsed_s: float
     stopped_by: str | None = None  # None, "error" or "deadline"
-    start_method: str = field(default="", repr=False)
+    start_method: str = field(default="", repr=False)  # how the ranks were started
+    warm: bool = field(default=False, repr=False)  # ranks kept from an earlier call
+
+    @property
+    def how(self) -> str:
+        """How the ranks were started, e.g. ``"spawn, warm world"`` (not in the repr, which
+        must read the same under every start method)."""
+        return f"{self.start_method}, {'warm' if self.warm else 'fresh'} world"
 
     @property
     def ok(self) -> bool:
@@ -253,7 +271,7 @@ def report_progress(text: str) -> None:
     text = str(text)
     _world["last_progress"] = text
     try:
-        q.put(("progress", _world["rank"], text))
+        _send("progress", text)
     except Exception:  # a closed queue must never break the training loop
         pass
 
@@ -262,7 +280,7 @@ def _stage(text: str | None) -> None:
     """Where the set-up of this rank is (None once fn runs): shown if the rank never
     reaches fn."""
     try:
-        _world["queue"].put(("stage", _world["rank"], text))
+        _send("stage", text)
     except Exception:
         pass
 
@@ -281,16 +299,35 @@ def _watch_caller(caller_pid: int) -> None:
             os._exit(70)
 
 
-def _rank_main(rank, world_size, port_queue, fn, args, result_queue, collective_timeout_s,
-               rendezvous_timeout_s, caller_pid):
-    _world.update(rank=rank, queue=result_queue, last_progress=None)
+def _send(kind: str, *payload) -> None:
+    """Put one message for the parent on the result queue, tagged with this call's id."""
+    _world["queue"].put((_world.get("call", 0), kind, _world["rank"], *payload))
+
+
+def _rank_setup(rank, result_queue, caller_pid) -> None:
+    """What every rank process does once, before its first call."""
+    _world.update(rank=rank, queue=result_queue, last_progress=None, call=0)
     threading.Thread(target=_watch_caller, args=(caller_pid,), daemon=True).start()
     torch.set_num_threads(1)
-    started = time.monotonic()
     # Under spawn the heavy imports happen here, before the ranks synchronise, so that a
     # rank still importing is never mistaken for a rank stuck in a collective.
     _stage("importing")
     _warm_imports()
+
+
+def _rank_main(rank, world_size, port_queue, fn, args, result_queue, collective_timeout_s,
+               rendezvous_timeout_s, caller_pid):
+    """A fresh rank process: set up, run fn once, exit."""
+    started = time.monotonic()
+    _rank_setup(rank, result_queue, caller_pid)
+    _run_call(rank, world_size, port_queue, fn, args, collective_timeout_s,
+              rendezvous_timeout_s, started)
+
+
+def _run_call(rank, world_size, port_queue, fn, args, collective_timeout_s,
+              rendezvous_timeout_s, started) -> None:
+    """One call of fn in a fresh gloo process group; the outcome goes to the parent."""
+    call = _world.get("call", 0)
     rendezvous = timedelta(seconds=rendezvous_timeout_s)
     store = None
     message: tuple
@@ -303,10 +340,15 @@ def _rank_main(rank, world_size, port_queue, fn, args, result_queue, collective_
                                   timeout=rendezvous, wait_for_workers=False)
             port = store.port
             for _ in range(world_size - 1):
-                port_queue.put(port)
+                port_queue.put((call, port))
         else:
             _stage("waiting for rank 0's rendezvous port")
-            port = port_queue.get(timeout=rendezvous_timeout_s)
+            port_deadline = time.monotonic() + rendezvous_timeout_s
+            while True:  # a port left over from an earlier call is skipped
+                port_call, port = port_queue.get(
+                    timeout=max(0.01, port_deadline - time.monotonic()))
+                if port_call == call:
+                    break
             _stage("connecting to the rendezvous store")
             store = dist.TCPStore(HOST, port, world_size=None, is_master=False,
                                   timeout=rendezvous)
@@ -330,19 +372,21 @@ def _rank_main(rank, world_size, port_queue, fn, args, result_queue, collective_
                                 timeout=rendezvous)
         dist.distributed_c10d._set_pg_timeout(timedelta(seconds=collective_timeout_s))
         _stage(None)
+        if isinstance(fn, bytes):  # a warm rank receives fn and args pickled
+            fn, args = pickle.loads(fn)
         result = fn(rank, world_size, *args)
         elapsed = time.monotonic() - started
         try:
             payload = pickle.dumps(result)
-            message = ("ok", rank, payload, elapsed)
+            message = ("ok", payload, elapsed)
         except Exception as exc:
-            message = ("error", rank, f"{type(exc).__name__}: the result of fn cannot be "
+            message = ("error", f"{type(exc).__name__}: the result of fn cannot be "
                        f"sent back to the parent ({exc})", "", elapsed)
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
         elapsed = time.monotonic() - started
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-4:])
-        message = ("error", rank, f"{type(exc).__name__}: {exc}", tb, elapsed)
-    result_queue.put(message)
+        message = ("error", f"{type(exc).__name__}: {exc}", tb, elapsed)
+    _send(*message)
     try:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -436,13 +480,31 @@ def _kill_tree(roots, include_roots: bool = True, known=()) -> None:
                 p.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(list(victims.values()), timeout=3)
+    _wait_gone(list(victims.values()), timeout_s=3.0)
+
+
+def _wait_gone(procs, timeout_s: float) -> None:
+    """Wait until every process has exited (a zombie counts as gone), at most timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    pending = list(procs)
+    while pending and time.monotonic() < deadline:
+        still = []
+        for p in pending:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    still.append(p)
+            except psutil.Error:
+                pass
+        pending = still
+        if pending:
+            time.sleep(0.01)
 
 
 # DistributedDataParallel imports torch._dynamo when it wraps its first model: seconds
 # in every rank, long enough for a peer to hit the collective timeout. Forked ranks
 # inherit it from the parent; other ranks import it before they synchronise.
 WARM_IMPORTS = ("torch._dynamo",)
+WARM_ENV_VAR = "TALK_WARM_WORLD"
 
 
 def _warm_imports() -> None:
@@ -454,8 +516,8 @@ def _warm_imports() -> None:
 
 
 def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
-              collective_timeout_s: float = 10.0,
-              start_method: str | None = None) -> WorldReport:
+              collective_timeout_s: float = 10.0, start_method: str | None = None,
+              reuse: bool | None = None) -> WorldReport:
     """Run ``fn(rank, world_size, *args)`` in a real gloo world; never raises for rank failures.
 
     Args:
@@ -468,29 +530,31 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
             peer that never joins raises after this long).
         start_method: "fork", "forkserver" or "spawn"; default ``TALK_START_METHOD``, else
             multiprocessing's current default.
+        reuse: run in a warm world (rank processes started earlier with the same start
+            method and kept for the next call, see :mod:`talk_helpers.world_pool`) instead
+            of starting ranks for this call. Default: ``TALK_WARM_WORLD`` if set (0 or 1),
+            else True under spawn only, where starting ranks costs seconds.
 
     Returns:
-        a :class:`WorldReport` (``.ok``, ``.results``, ``.ranks``, ``.elapsed_s``).
+        a :class:`WorldReport` (``.ok``, ``.results``, ``.ranks``, ``.elapsed_s``,
+        ``.start_method``, ``.warm``).
     """
     _validate(fn, world_size, args, timeout_s, collective_timeout_s)
     method = _resolve_start_method(start_method)
+    reuse = _resolve_reuse(reuse, method)
     _check_picklable(fn, args)
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        # The server forks every rank from one process: with torch already imported
-        # there, a rank starts in a fraction of a second instead of importing torch again.
-        ctx.set_forkserver_preload(["torch", "torch.distributed", *WARM_IMPORTS, __name__])
-    elif method == "fork":
-        _warm_imports()
+    if reuse:
+        from talk_helpers import world_pool
 
+        return world_pool.run_warm(fn, world_size, args=args, timeout_s=timeout_s,
+                                   collective_timeout_s=collective_timeout_s,
+                                   start_method=method)
+    ctx = _context(method)
     started = time.monotonic()
-    deadline = started + timeout_s
     port_queue = ctx.Queue()
     result_queue = ctx.Queue()
     procs = []
-    outcomes: dict[int, RankOutcome] = {}
-    progress: dict[int, str] = {}
-    stages: dict[int, str | None] = {}
+    watch = _Watch(world_size)
     try:
         for rank in range(world_size):
             p = ctx.Process(
@@ -502,53 +566,8 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
             )
             p.start()
             procs.append(p)
-        handles = {}
-        for rank, p in enumerate(procs):
-            try:
-                handles[rank] = psutil.Process(p.pid)
-            except psutil.Error:
-                handles[rank] = None
-        known: dict[int, psutil.Process] = {}  # descendants seen so far, by pid
-        stopped_by = None
-        first_error_at = None
-        dead_since: dict[int, float] = {}
-        next_scan = 0.0
-        while True:
-            _drain(result_queue, outcomes, progress, stages, wait=0.05)
-            now = time.monotonic()
-            if now >= next_scan:
-                live = [h for r, h in handles.items() if h is not None and r not in outcomes]
-                for child in _descendants(live):
-                    known.setdefault(child.pid, child)
-                next_scan = now + 0.25
-            for rank, p in enumerate(procs):
-                if rank in outcomes or p.is_alive():
-                    continue
-                since = dead_since.setdefault(rank, now)
-                if now - since >= SILENT_DEATH_GRACE_S:
-                    outcomes[rank] = RankOutcome(
-                        rank, "error",
-                        error=f"ProcessDied: the rank process exited with code "
-                              f"{p.exitcode} without reporting a result",
-                    )
-            if first_error_at is None and any(o.status == "error" for o in outcomes.values()):
-                first_error_at = now
-            if len(outcomes) == world_size:
-                break
-            if first_error_at is not None and now >= first_error_at + ERROR_GRACE_S:
-                stopped_by = "error"
-                break
-            if now >= deadline:
-                stopped_by = "deadline"
-                break
-        running = [r for r in range(world_size) if r not in outcomes]
-        if running:
-            _kill_tree([handles[r] for r in running], known=list(known.values()))
-            _drain(result_queue, outcomes, progress, stages, wait=0.0)
-        for rank in running:
-            if rank not in outcomes:
-                status = "timeout" if stopped_by == "deadline" else "killed"
-                outcomes[rank] = RankOutcome(rank, status)
+        handles = _handles(procs)
+        known = _supervise(procs, handles, result_queue, watch, started + timeout_s)
         # Ranks that reported get a moment to exit by themselves, then are killed.
         exit_deadline = time.monotonic() + EXIT_GRACE_S
         for p in procs:
@@ -557,61 +576,178 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
                      and h.status() != psutil.STATUS_ZOMBIE]
         _kill_tree(leftovers, known=list(known.values()))
     finally:
-        for p in procs:
-            if p.is_alive():
-                try:
-                    _kill_tree([psutil.Process(p.pid)])
-                except psutil.Error:
-                    pass
-            p.join(1.0)
-        for q in (result_queue, port_queue):
-            q.close()
-            q.cancel_join_thread()
-    for rank, outcome in outcomes.items():
-        if outcome.last_progress is None:
-            outcome.last_progress = progress.get(rank)
-        if not outcome.ok and outcome.last_progress is None:
-            stage = stages.get(rank, "starting the process")
-            if stage is not None:
-                outcome.last_progress = f"(set-up: {stage})"
-    return WorldReport(
-        world_size=world_size,
-        ranks=[outcomes[r] for r in range(world_size)],
-        elapsed_s=time.monotonic() - started,
-        stopped_by=stopped_by,
-        start_method=method,
-    )
+        _stop_processes(procs)
+        _close_queues(result_queue, port_queue)
+    return watch.report(time.monotonic() - started, method, warm=False)
 
 
-def _drain(result_queue, outcomes, progress, stages, wait: float) -> None:
-    block = wait > 0
-    while True:
+def _resolve_reuse(reuse: bool | None, method: str) -> bool:
+    if reuse is None:
+        value = os.environ.get(WARM_ENV_VAR, "").strip()
+        if value not in ("", "0", "1"):
+            raise ValueError(f"{WARM_ENV_VAR}={value!r} is not one of 0, 1")
+        return value == "1" if value else method == "spawn"
+    if not isinstance(reuse, bool):
+        raise TypeError(f"reuse must be True, False or None, got {reuse!r}")
+    return reuse
+
+
+def _context(method: str):
+    """The multiprocessing context for ranks, with the imports every rank needs warm."""
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        # The server forks every rank from one process: with torch already imported
+        # there, a rank starts in a fraction of a second instead of importing torch again.
+        # (Effective only if the server is not running yet: setup_notebook starts it
+        # with the same list.)
+        ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+    elif method == "fork":
+        _warm_imports()
+    return ctx
+
+
+def _handles(procs) -> dict[int, psutil.Process | None]:
+    handles = {}
+    for rank, p in enumerate(procs):
         try:
-            message = result_queue.get(block, wait) if block else result_queue.get_nowait()
-        except (queue_module.Empty, EOFError, OSError):
-            return
-        block = False
-        kind, rank = message[0], message[1]
-        if kind == "progress":
-            progress[rank] = message[2]
-        elif kind == "stage":
-            stages[rank] = message[2]
-        elif kind == "ok":
-            _, _, payload, elapsed = message
-            outcomes[rank] = RankOutcome(rank, "ok", result=pickle.loads(payload),
-                                         last_progress=progress.get(rank), elapsed_s=elapsed)
-        elif kind == "error":
-            _, _, error, tb, elapsed = message
-            outcomes[rank] = RankOutcome(rank, "error", error=mask_volatile(error),
-                                         traceback=tb, last_progress=progress.get(rank),
-                                         elapsed_s=elapsed)
+            handles[rank] = psutil.Process(p.pid)
+        except psutil.Error:
+            handles[rank] = None
+    return handles
+
+
+def _stop_processes(procs) -> None:
+    for p in procs:
+        if p.is_alive():
+            try:
+                _kill_tree([psutil.Process(p.pid)])
+            except psutil.Error:
+                pass
+        p.join(1.0)
+
+
+def _close_queues(*queues) -> None:
+    for q in queues:
+        q.close()
+        q.cancel_join_thread()
+
+
+@dataclass
+class _Watch:
+    """What the parent has heard from the ranks during one call."""
+
+    world_size: int
+    call: int = 0
+    outcomes: dict[int, RankOutcome] = field(default_factory=dict)
+    progress: dict[int, str] = field(default_factory=dict)
+    stages: dict[int, str | None] = field(default_factory=dict)
+    idle: set[int] = field(default_factory=set)
+    stopped_by: str | None = None
+
+    def drain(self, result_queue, wait: float) -> None:
+        block = wait > 0
+        while True:
+            try:
+                message = result_queue.get(block, wait) if block else result_queue.get_nowait()
+            except (queue_module.Empty, EOFError, OSError):
+                return
+            block = False
+            call, kind, rank = message[:3]
+            if call != self.call and not (call == 0 and kind == "stage"):
+                continue  # left over from an earlier call of a warm world
+            if kind == "progress":
+                self.progress[rank] = message[3]
+            elif kind == "stage":
+                self.stages[rank] = message[3]
+            elif kind == "idle":
+                self.idle.add(rank)
+            elif kind == "ok":
+                _, _, _, payload, elapsed = message
+                self.outcomes[rank] = RankOutcome(
+                    rank, "ok", result=pickle.loads(payload),
+                    last_progress=self.progress.get(rank), elapsed_s=elapsed)
+            elif kind == "error":
+                _, _, _, error, tb, elapsed = message
+                self.outcomes[rank] = RankOutcome(
+                    rank, "error", error=mask_volatile(error), traceback=tb,
+                    last_progress=self.progress.get(rank), elapsed_s=elapsed)
+
+    def report(self, elapsed_s: float, method: str, warm: bool) -> WorldReport:
+        for rank, outcome in self.outcomes.items():
+            if outcome.last_progress is None:
+                outcome.last_progress = self.progress.get(rank)
+            if not outcome.ok and outcome.last_progress is None:
+                stage = self.stages.get(rank, "starting the process")
+                if stage is not None:
+                    outcome.last_progress = f"(set-up: {stage})"
+        return WorldReport(
+            world_size=self.world_size,
+            ranks=[self.outcomes[r] for r in range(self.world_size)],
+            elapsed_s=elapsed_s,
+            stopped_by=self.stopped_by,
+            start_method=method,
+            warm=warm,
+        )
+
+
+def _supervise(procs, handles, result_queue, watch: _Watch, deadline: float) -> dict:
+    """Collect every rank's outcome until all reported, one failed or the deadline passed.
+
+    Ranks still running at the end (and their descendants) are killed and reported as
+    "timeout" or "killed". Returns the descendants seen, by pid.
+    """
+    world_size = len(procs)
+    known: dict[int, psutil.Process] = {}  # descendants seen so far, by pid
+    first_error_at = None
+    dead_since: dict[int, float] = {}
+    next_scan = 0.0
+    outcomes = watch.outcomes
+    while True:
+        watch.drain(result_queue, wait=0.05)
+        now = time.monotonic()
+        if now >= next_scan:
+            live = [h for r, h in handles.items() if h is not None and r not in outcomes]
+            for child in _descendants(live):
+                known.setdefault(child.pid, child)
+            next_scan = now + 0.25
+        for rank, p in enumerate(procs):
+            if rank in outcomes or p.is_alive():
+                continue
+            since = dead_since.setdefault(rank, now)
+            if now - since >= SILENT_DEATH_GRACE_S:
+                outcomes[rank] = RankOutcome(
+                    rank, "error",
+                    error=f"ProcessDied: the rank process exited with code "
+                          f"{p.exitcode} without reporting a result",
+                )
+        if first_error_at is None and any(o.status == "error" for o in outcomes.values()):
+            first_error_at = now
+        if len(outcomes) == world_size:
+            break
+        if first_error_at is not None and now >= first_error_at + ERROR_GRACE_S:
+            watch.stopped_by = "error"
+            break
+        if now >= deadline:
+            watch.stopped_by = "deadline"
+            break
+    running = [r for r in range(world_size) if r not in outcomes]
+    if running:
+        _kill_tree([handles[r] for r in running], known=list(known.values()))
+        watch.drain(result_queue, wait=0.0)
+    for rank in running:
+        if rank not in outcomes:
+            status = "timeout" if watch.stopped_by == "deadline" else "killed"
+            outcomes[rank] = RankOutcome(rank, status)
+    return known
 
 
 def run_ranks(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
-              collective_timeout_s: float = 10.0, start_method: str | None = None) -> list:
+              collective_timeout_s: float = 10.0, start_method: str | None = None,
+              reuse: bool | None = None) -> list:
     """Like :func:`run_world`, but return the results by rank or raise :class:`WorldFailed`."""
     report = run_world(fn, world_size, args=args, timeout_s=timeout_s,
-                       collective_timeout_s=collective_timeout_s, start_method=start_method)
+                       collective_timeout_s=collective_timeout_s, start_method=start_method,
+                       reuse=reuse)
     if not report.ok:
         raise WorldFailed(report)
     return report.results
@@ -671,3 +807,32 @@ def rank_env(rank: int, world_size: int) -> dict[str, str]:
     names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
              "MASTER_PORT")
     return {name: os.environ.get(name, "") for name in names}
+
+
+# ------------------------------------------------------------------- warm worlds
+
+
+def warm_worlds() -> list[dict]:
+    """The warm worlds kept for reuse: start method, world size, calls served so far."""
+    from talk_helpers import world_pool
+
+    return world_pool.warm_worlds()
+
+
+def shutdown_warm_worlds() -> int:
+    """Stop every warm world now (they also stop when the kernel exits); return how many."""
+    from talk_helpers import world_pool
+
+    return world_pool.shutdown_warm_worlds()
+
+
+def torch_draws(rank: int, world_size: int, n: int = 3, seed: int | None = None) -> list[float]:
+    """``n`` draws from this rank's global torch RNG, seeded with ``seed`` if given."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    return torch.rand(n).tolist()
+
+
+def process_id(rank: int, world_size: int) -> int:
+    """This rank's process id (for tests of warm worlds; never shown in a notebook)."""
+    return os.getpid()

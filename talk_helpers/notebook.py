@@ -1,6 +1,7 @@
 """The first cell of every notebook: ``from talk_helpers.notebook import setup_notebook``.
 
-It applies the start-method switch, a colour-blind-safe matplotlib style and seeds, and
+It applies the start-method switch (and, under forkserver, starts the server with torch
+preloaded), a colour-blind-safe matplotlib style and seeds, and
 silences one warning whose text depends on the machine's core count (so stored outputs
 are the same on a 2-core CI machine and an 8-core laptop). Nothing else is hidden.
 """
@@ -11,7 +12,7 @@ import warnings
 import numpy as np
 import torch
 
-from talk_helpers.start_method import apply_start_method
+from talk_helpers.start_method import apply_start_method, start_forkserver
 
 # Okabe-Ito: distinguishable with every common colour-vision deficiency.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
@@ -23,6 +24,7 @@ CORE_COUNT_WARNING = r"This DataLoader will create \d+ worker processes in total
 def setup_notebook(seed: int = 0) -> None:
     """Prepare a notebook kernel for deterministic, machine-independent outputs."""
     apply_start_method()
+    start_forkserver()
     warnings.filterwarnings("ignore", message=CORE_COUNT_WARNING, category=UserWarning)
     random.seed(seed)
     np.random.seed(seed)

@@ -232,10 +232,15 @@ def test_a_world_runs_from_a_jupyter_kernel_under_every_start_method():
                                 w in " ".join(c.cmdline())
                                 for w in ("forkserver", "resource_tracker")))}
 
+            from talk_helpers.distributed import shutdown_warm_worlds
+
             outcomes = {}
             for m in ("fork", "forkserver", "spawn"):
                 before = live()
-                outcomes[m] = run_world(all_reduce_sum, 2, start_method=m, timeout_s=120).results
+                report = run_world(all_reduce_sum, 2, start_method=m, timeout_s=120)
+                outcomes[m] = report.results
+                outcomes[m + " how"] = report.how
+                shutdown_warm_worlds()  # spawn keeps its ranks for the next call
                 outcomes[m + " leftovers"] = len(live() - before)
             print(outcomes)
             """
@@ -250,6 +255,7 @@ def test_a_world_runs_from_a_jupyter_kernel_under_every_start_method():
         for method in ("fork", "forkserver", "spawn"):
             assert f"'{method}': [3.0, 3.0]" in text, text
             assert f"'{method} leftovers': 0" in text, text
+            assert f"'{method} how': '{method}, fresh world'" in text, text
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

@@ -1,0 +1,199 @@
+"""Warm worlds: rank processes started once and reused by later :func:`run_world` calls.
+
+Under spawn a fresh world pays a new interpreter and ``import torch`` in every rank
+(seconds) for a cell that runs for a fraction of a second. A warm world keeps its ranks
+for the kernel's lifetime and gives each call what a fresh world would give it:
+
+* the **same start method**: the ranks were started with the method the learner chose
+  (``report.start_method``, ``report.how``), and DataLoader workers they start are new
+  processes, started with that method, on every call;
+* a **fresh process group** per call (new rendezvous store on a new port, the call's
+  collective timeout), ``torch``, ``random`` and ``numpy`` reseeded from the OS as in a
+  new process (torch seeds itself randomly at start-up), and the environment restored;
+* **nothing left behind**: after every call each rank kills whatever processes it still
+  has (DataLoader workers included) before the call returns;
+* **no reuse after trouble**: a call in which any rank failed, hung or died stops the
+  whole world (every rank's process tree); the next call starts a new one.
+
+Limits: module-level state that ``fn`` changes (a global, a patched function) stays for
+the next call, and a module edited on disk is not re-imported. Pass ``reuse=False`` to
+:func:`run_world` (or set ``TALK_WARM_WORLD=0``) for a world started for one call.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import itertools
+import os
+import pickle
+import random
+import sys
+import threading
+import time
+
+import psutil
+import torch
+
+from talk_helpers import distributed as d
+
+MAX_WARM_RANKS = 8  # rank processes kept across all warm worlds
+IDLE_GRACE_S = 5.0  # after every rank reported, how long each may take to clean up
+
+_pool: dict[tuple[str, int], WarmWorld] = {}
+_lock = threading.Lock()
+_calls = itertools.count(1)
+
+
+class WarmWorld:
+    """``world_size`` rank processes started with ``method``, waiting for calls."""
+
+    def __init__(self, method: str, world_size: int):
+        self.method = method
+        self.world_size = world_size
+        self.calls = 0
+        self.started_at = time.monotonic()
+        ctx = d._context(method)
+        self.port_queue = ctx.Queue()
+        self.result_queue = ctx.Queue()
+        self.task_queues = [ctx.SimpleQueue() for _ in range(world_size)]
+        self.procs = []
+        try:
+            for rank in range(world_size):
+                p = ctx.Process(
+                    target=_warm_rank_main,
+                    args=(rank, world_size, self.port_queue, self.task_queues[rank],
+                          self.result_queue, os.getpid()),
+                    name=f"warm-rank-{rank}",
+                    daemon=False,
+                )
+                p.start()
+                self.procs.append(p)
+        except BaseException:
+            self.close()
+            raise
+        self.handles = d._handles(self.procs)
+
+    def alive(self) -> bool:
+        return all(p.is_alive() for p in self.procs)
+
+    def run(self, fn, args, timeout_s, collective_timeout_s) -> tuple[d.WorldReport, bool]:
+        """One call; returns the report and whether the world may serve another call."""
+        started = time.monotonic()
+        watch = d._Watch(self.world_size, call=next(_calls))
+        task = (watch.call, pickle.dumps((fn, args)), collective_timeout_s, timeout_s)
+        for q in self.task_queues:
+            q.put(task)
+        d._supervise(self.procs, self.handles, self.result_queue, watch,
+                     started + timeout_s)
+        healthy = watch.stopped_by is None and all(o.ok for o in watch.outcomes.values())
+        if healthy:  # the call returns only once no rank has a process left
+            idle_deadline = time.monotonic() + IDLE_GRACE_S
+            while len(watch.idle) < self.world_size and time.monotonic() < idle_deadline \
+                    and self.alive():
+                watch.drain(self.result_queue, wait=0.05)
+            healthy = len(watch.idle) == self.world_size
+        self.calls += 1
+        report = watch.report(time.monotonic() - started, self.method, warm=self.calls > 1)
+        return report, healthy
+
+    def close(self) -> None:
+        """Stop every rank and its processes; never leaves one behind."""
+        for q in self.task_queues:
+            try:
+                q.put(None)
+            except Exception:
+                pass
+        deadline = time.monotonic() + 1.0
+        for p in self.procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        d._stop_processes(self.procs)
+        d._close_queues(self.result_queue, self.port_queue)
+        for q in self.task_queues:
+            q.close()
+
+    def describe(self) -> dict:
+        return {"start_method": self.method, "world_size": self.world_size,
+                "calls": self.calls, "alive": self.alive()}
+
+
+def run_warm(fn, world_size: int, *, args: tuple, timeout_s: float,
+             collective_timeout_s: float, start_method: str) -> d.WorldReport:
+    """:func:`talk_helpers.distributed.run_world` in a warm world (started if needed)."""
+    with _lock:
+        world = _pool.pop((start_method, world_size), None)
+    if world is not None and not world.alive():
+        world.close()
+        world = None
+    started = time.monotonic()
+    if world is None:
+        world = WarmWorld(start_method, world_size)
+    try:
+        report, healthy = world.run(fn, args, timeout_s - (time.monotonic() - started),
+                                    collective_timeout_s)
+    except BaseException:
+        world.close()
+        raise
+    report.elapsed_s = time.monotonic() - started
+    if healthy:
+        _keep(world)
+    else:
+        world.close()
+    return report
+
+
+def _keep(world: WarmWorld) -> None:
+    evicted = []
+    with _lock:
+        key = (world.method, world.world_size)
+        if key in _pool:  # another thread made one meanwhile: keep one
+            evicted.append(_pool.pop(key))
+        _pool[key] = world
+        while sum(w.world_size for w in _pool.values()) > MAX_WARM_RANKS and len(_pool) > 1:
+            oldest = min((k for k in _pool if k != key), key=lambda k: _pool[k].started_at)
+            evicted.append(_pool.pop(oldest))
+    for w in evicted:
+        w.close()
+
+
+def warm_worlds() -> list[dict]:
+    with _lock:
+        return [w.describe() for w in _pool.values()]
+
+
+def shutdown_warm_worlds() -> int:
+    with _lock:
+        worlds = list(_pool.values())
+        _pool.clear()
+    for w in worlds:
+        w.close()
+    return len(worlds)
+
+
+atexit.register(shutdown_warm_worlds)
+
+
+# ------------------------------------------------------------------ inside a rank
+
+
+def _warm_rank_main(rank, world_size, port_queue, task_queue, result_queue, caller_pid):
+    d._rank_setup(rank, result_queue, caller_pid)
+    environ = dict(os.environ)
+    me = psutil.Process()
+    while True:
+        task = task_queue.get()
+        if task is None:
+            return
+        call, payload, collective_timeout_s, rendezvous_timeout_s = task
+        d._world.update(call=call, last_progress=None)
+        torch.seed()
+        random.seed()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        d._run_call(rank, world_size, port_queue, payload, (), collective_timeout_s,
+                    rendezvous_timeout_s, time.monotonic())
+        gc.collect()  # a loader iterator still referenced shuts its workers down
+        d._kill_tree([me], include_roots=False)
+        os.environ.clear()
+        os.environ.update(environ)
+        d._send("idle")

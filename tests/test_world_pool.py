@@ -1,0 +1,182 @@
+"""Warm worlds: ranks reused across calls give what a fresh world gives, and never
+outlive a failure, a hang or the caller."""
+
+import functools
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from test_distributed import DescendantRecorder, _live_descendants
+from torch.utils.data import DataLoader
+
+from talk_helpers import distributed as d
+from talk_helpers import world_pool
+
+pytestmark = pytest.mark.distributed
+
+WARM = dict(start_method="fork", reuse=True, timeout_s=60.0)
+
+_kept = []  # loaders a rank function keeps alive after it returns
+
+
+def keep_workers_alive(rank: int, world_size: int) -> int:
+    """Return while two persistent DataLoader workers are still running."""
+    loader = DataLoader(list(range(8)), batch_size=2, num_workers=2, persistent_workers=True)
+    it = iter(loader)
+    next(it)
+    _kept.append(it)
+    return len(_kept)
+
+
+def die_on_rank(rank: int, world_size: int, bad_rank: int = 1) -> int:
+    """The process of ``bad_rank`` exits at once, as a segfault or an OOM kill would."""
+    if rank == bad_rank:
+        os._exit(3)
+    time.sleep(3600)
+    return rank
+
+
+@pytest.fixture(autouse=True)
+def no_warm_worlds():
+    world_pool.shutdown_warm_worlds()
+    yield
+    world_pool.shutdown_warm_worlds()
+
+
+def test_a_second_call_reuses_the_ranks_and_says_so():
+    first = d.run_world(d.process_id, 2, **WARM)
+    second = d.run_world(d.process_id, 2, **WARM)
+    assert first.ok and second.ok
+    assert second.results == first.results
+    assert (first.warm, second.warm) == (False, True)
+    assert (first.how, second.how) == ("fork, fresh world", "fork, warm world")
+    assert d.warm_worlds() == [{"start_method": "fork", "world_size": 2, "calls": 2,
+                                "alive": True}]
+
+
+def test_a_warm_spawn_world_gives_the_same_results_as_a_fresh_one():
+    fns = (d.all_reduce_sum, d.rank_and_world, functools.partial(d.torch_draws, seed=7))
+
+    def outcome(reuse):
+        return [d.run_world(fn, 2, start_method="spawn", reuse=reuse, timeout_s=120).results
+                for fn in fns]
+
+    fresh = outcome(False)
+    warm_first = outcome(True)
+    warm_again = outcome(True)
+    assert fresh == warm_first == warm_again
+    env = [d.run_world(d.rank_env, 2, start_method="spawn", reuse=True).results
+           for _ in range(2)]
+    assert [e["RANK"] for e in env[1]] == ["0", "1"]
+    assert env[0][0]["MASTER_PORT"] != env[1][0]["MASTER_PORT"]  # a new group per call
+    assert d.warm_worlds()[0]["start_method"] == "spawn"
+
+
+def test_unseeded_draws_in_a_warm_world_are_new_on_every_call_as_in_new_processes():
+    draws = [d.run_world(d.torch_draws, 2, **WARM).results for _ in range(3)]
+    flat = [tuple(x) for call in draws for x in call]
+    assert len(set(flat)) == len(flat)
+
+
+def test_workers_a_call_leaves_running_are_stopped_before_it_returns():
+    with DescendantRecorder() as recorder:
+        report = d.run_world(keep_workers_alive, 2, **WARM)
+    assert report.ok
+    ranks = {p.pid for p in world_pool._pool[("fork", 2)].handles.values()}
+    workers = [p for p in recorder.seen.values() if p.pid not in ranks]
+    assert len(workers) >= 4  # two ranks, two workers each
+    assert [p for p in recorder.survivors() if p.pid not in ranks] == []
+
+
+def test_a_hang_stops_the_warm_world_and_leaves_no_process():
+    before = _live_descendants()
+    assert d.run_world(d.all_reduce_sum, 2, **WARM).ok
+    with DescendantRecorder() as recorder:
+        report = d.run_world(d.hang_with_workers, 2, args=(2,), start_method="fork",
+                             reuse=True, timeout_s=4.0)
+    assert [r.status for r in report.ranks] == ["timeout", "timeout"]
+    assert report.warm
+    assert recorder.survivors() == []
+    assert d.warm_worlds() == []
+    assert _live_descendants() == before
+    assert d.run_world(d.all_reduce_sum, 2, **WARM).results == [3.0, 3.0]
+
+
+def test_a_rank_that_dies_stops_the_warm_world_and_the_next_call_starts_a_new_one():
+    before = _live_descendants()
+    first = d.run_world(d.process_id, 2, **WARM).results
+    report = d.run_world(die_on_rank, 2, **WARM)
+    assert report.ranks[1].error.startswith("ProcessDied: the rank process exited with code 3")
+    assert report.ranks[0].status == "killed"
+    assert d.warm_worlds() == []
+    assert _live_descendants() == before
+    again = d.run_world(d.process_id, 2, **WARM)
+    assert again.ok and not again.warm and set(again.results).isdisjoint(first)
+
+
+def test_a_rank_error_stops_the_warm_world():
+    d.run_world(d.all_reduce_sum, 2, **WARM)
+    report = d.run_world(d.fail_on_rank, 2, args=(1, "boom"), **WARM)
+    assert report.ranks[1].error == "ValueError: boom"
+    assert d.warm_worlds() == []
+
+
+def test_a_collective_timeout_reads_the_same_in_a_warm_world():
+    fresh = d.run_world(d.hang_on_rank, 2, args=(0, 3), collective_timeout_s=2.0,
+                        start_method="fork", reuse=False)
+    d.run_world(d.all_reduce_sum, 2, **WARM)
+    warm = d.run_world(d.hang_on_rank, 2, args=(0, 3), collective_timeout_s=2.0, **WARM)
+    assert warm.warm
+    assert repr(warm).splitlines()[1:] == repr(fresh).splitlines()[1:]
+
+
+def test_warm_ranks_are_capped_and_shutdown_leaves_no_process(monkeypatch):
+    monkeypatch.setattr(world_pool, "MAX_WARM_RANKS", 3)
+    before = _live_descendants()
+    d.run_world(d.rank_and_world, 2, **WARM)
+    d.run_world(d.rank_and_world, 3, **WARM)
+    assert [w["world_size"] for w in d.warm_worlds()] == [3]
+    assert d.shutdown_warm_worlds() == 1
+    assert _live_descendants() == before
+
+
+def test_reuse_defaults_to_spawn_only_and_follows_the_variable(monkeypatch):
+    monkeypatch.delenv("TALK_WARM_WORLD", raising=False)
+    assert [d._resolve_reuse(None, m) for m in ("fork", "forkserver", "spawn")] == \
+        [False, False, True]
+    monkeypatch.setenv("TALK_WARM_WORLD", "0")
+    assert d._resolve_reuse(None, "spawn") is False
+    monkeypatch.setenv("TALK_WARM_WORLD", "1")
+    assert d._resolve_reuse(None, "fork") is True
+    monkeypatch.setenv("TALK_WARM_WORLD", "yes")
+    with pytest.raises(ValueError, match="TALK_WARM_WORLD='yes' is not one of 0, 1"):
+        d.run_world(d.rank_and_world, 1, start_method="fork")
+
+
+def test_a_bad_reuse_argument_is_rejected():
+    with pytest.raises(TypeError, match="reuse must be True, False or None"):
+        d.run_world(d.rank_and_world, 1, start_method="fork", reuse="yes")
+
+
+def test_warm_ranks_exit_when_the_caller_is_killed():
+    code = ("from talk_helpers import distributed as d\n"
+            "r = d.run_world(d.process_id, 2, start_method='spawn', reuse=True, timeout_s=120)\n"
+            "print(*r.results, flush=True)\n"
+            "import time; time.sleep(3600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(x) for x in proc.stdout.readline().split()]
+        assert len(pids) == 2
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(psutil.pid_exists(p) and
+                                              psutil.Process(p).status() != "zombie"
+                                              for p in pids):
+        time.sleep(0.2)
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
+                   for p in pids)
