@@ -11,8 +11,8 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 NBVAL  := $(BIN)/python -m pytest --nbval --nbval-current-env \
           --nbval-sanitize-with notebooks/sanitize.cfg --timeout=600 -p no:cacheprovider
 
-.PHONY: setup lab test lint unit notebooks notebooks-fork notebooks-spawn browser \
-        chromium outputs imgs present slides bench clean
+.PHONY: setup lab test lint unit notebooks notebooks-fork notebooks-forkserver notebooks-spawn \
+        browser chromium outputs imgs present slides bench bench-notebooks clean
 
 # Installs only when the pins change: a second `make test` goes straight to the tests.
 $(STAMP): requirements.txt pyproject.toml
@@ -36,10 +36,15 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests --ignore=tests/browser
 
-notebooks: notebooks-fork notebooks-spawn
+# The same stored outputs must come out under every start method a learner may have:
+# fork (Linux), forkserver (Linux default from Python 3.14), spawn (macOS, Windows).
+notebooks: notebooks-fork notebooks-forkserver notebooks-spawn
 
 notebooks-fork: $(STAMP)
 	TALK_START_METHOD=fork $(NBVAL) $(NOTEBOOKS)
+
+notebooks-forkserver: $(STAMP)
+	TALK_START_METHOD=forkserver $(NBVAL) $(NOTEBOOKS)
 
 notebooks-spawn: $(STAMP)
 	TALK_START_METHOD=spawn $(NBVAL) $(NOTEBOOKS)
@@ -71,6 +76,10 @@ slides: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/loader_throughput.py
+
+# Per-cell times under fork, forkserver and spawn -> benchmarks/results/notebook_times.md
+bench-notebooks: $(STAMP)
+	$(BIN)/python benchmarks/notebook_times.py
 
 clean:
 	rm -rf build $(VENV)

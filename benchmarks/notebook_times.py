@@ -1,0 +1,199 @@
+"""How long does each notebook cell take under fork, forkserver and spawn?
+
+Run: ``make bench-notebooks`` (or ``.venv/bin/python benchmarks/notebook_times.py
+[--methods fork spawn] [notebooks/05_ddp_sharding.ipynb ...]``). Every notebook runs top to
+bottom in a fresh kernel once per start method (``TALK_START_METHOD``), one notebook at a
+time, and nothing is written back to the notebooks. Writes one table per start method to
+``benchmarks/results/notebook_times.md``, naming every cell over its target:
+
+* a cell: 3 s;
+* a cell whose lesson is a timeout, tagged ``timeout-lesson-<N>`` (N seconds): N + 1 s;
+* the whole collection (sum of the cells): 150 s under fork, 240 s under spawn and
+  forkserver.
+
+Times are wall-clock seconds from the kernel's own timestamps (execute_input to
+execute_reply) of one run on a machine that may be shared: the load average before and
+after each method is printed with its table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "notebook_times.md"
+METHODS = ("fork", "forkserver", "spawn")
+CELL_TARGET_S = 3.0
+TIMEOUT_MARGIN_S = 1.0
+TOTAL_TARGET_S = {"fork": 150.0, "forkserver": 240.0, "spawn": 240.0}
+TIMEOUT_TAG = re.compile(r"^timeout-lesson-(\d+(?:\.\d+)?)$")
+
+
+def cell_target(cell) -> tuple[float, str]:
+    """The time a cell may take, and why."""
+    for tag in cell.get("metadata", {}).get("tags", []):
+        match = TIMEOUT_TAG.match(tag)
+        if match:
+            timeout = float(match.group(1))
+            return timeout + TIMEOUT_MARGIN_S, f"timeout {timeout:g} s + {TIMEOUT_MARGIN_S:g}"
+    return CELL_TARGET_S, ""
+
+
+def _seconds(execution: dict) -> float | None:
+    try:
+        start = datetime.fromisoformat(execution["iopub.execute_input"].replace("Z", "+00:00"))
+        end = datetime.fromisoformat(execution["shell.execute_reply"].replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return None
+    return (end - start).total_seconds()
+
+
+def time_notebook(path: Path, method: str) -> tuple[list[dict], float]:
+    """Run one notebook under ``method``; return one row per code cell and the wall time."""
+    nb = nbformat.read(path, as_version=4)
+    previous = os.environ.get("TALK_START_METHOD")
+    os.environ["TALK_START_METHOD"] = method
+    started = time.perf_counter()
+    try:
+        client = NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=True,
+                                allow_errors=True,
+                                resources={"metadata": {"path": str(path.parent)}})
+        client.execute()
+    finally:
+        if previous is None:
+            os.environ.pop("TALK_START_METHOD", None)
+        else:
+            os.environ["TALK_START_METHOD"] = previous
+    wall = time.perf_counter() - started
+    rows = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        seconds = _seconds(cell.metadata.get("execution", {}))
+        target, why = cell_target(cell)
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        expected_error = "raises-exception" in cell.metadata.get("tags", [])
+        rows.append({
+            "notebook": path.stem, "cell": index, "count": cell.execution_count,
+            "first_line": _first_line(cell.source), "seconds": seconds,
+            "target": target, "why": why,
+            "error": bool(errors) and not expected_error,
+        })
+    return rows, wall
+
+
+def _first_line(source: str) -> str:
+    for line in source.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            return line if len(line) <= 60 else line[:59] + "…"
+    return source.strip().splitlines()[0][:60] if source.strip() else ""
+
+
+def _fmt(seconds: float | None, digits: int) -> str:
+    return "?" if seconds is None else f"{seconds:.{digits}f}"
+
+
+def _load() -> str:
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "?"
+
+
+def table(method: str, rows: list[dict], walls: dict[str, float], load_before: str,
+          load_after: str) -> str:
+    total = sum(r["seconds"] or 0.0 for r in rows)
+    over = [r for r in rows if r["seconds"] is None or r["seconds"] > r["target"]]
+    errors = [r for r in rows if r["error"]]
+    target = TOTAL_TARGET_S[method]
+    verdict = "within" if total <= target else "OVER"
+    lines = [
+        f"## {method}",
+        "",
+        f"Sum of the cells **{total:.1f} s** ({verdict} the {target:g} s target); "
+        f"notebooks with kernel start-up {sum(walls.values()):.1f} s; "
+        f"load average {load_before} before, {load_after} after.",
+        "",
+    ]
+    if over:
+        lines.append(f"Cells over target ({len(over)}): " + ", ".join(
+            f"{r['notebook'][:2]} cell {r['cell']} ({_fmt(r['seconds'], 1)} s > {r['target']:g} s)"
+            for r in over) + ".")
+    else:
+        lines.append("Every cell within its target.")
+    if errors:
+        lines.append("")
+        lines.append("Cells with an unexpected error: " + ", ".join(
+            f"{r['notebook'][:2]} cell {r['cell']}" for r in errors) + ".")
+    lines += ["", "| notebook | total s | slowest cell | s |", "| --- | ---: | --- | ---: |"]
+    for name in walls:
+        nb_rows = [r for r in rows if r["notebook"] == name]
+        slowest = max(nb_rows, key=lambda r: r["seconds"] or 0.0, default=None)
+        if slowest is None:
+            continue
+        lines.append(f"| {name} | {sum(r['seconds'] or 0.0 for r in nb_rows):.1f} | "
+                     f"{slowest['cell']}: `{slowest['first_line']}` | "
+                     f"{slowest['seconds'] or 0.0:.1f} |")
+    lines += ["", "<details><summary>Every code cell</summary>", "",
+              "| notebook | cell | first line | s | target s | |",
+              "| --- | ---: | --- | ---: | ---: | --- |"]
+    for r in rows:
+        seconds = _fmt(r["seconds"], 2)
+        mark = "over" if r in over else ""
+        code = r["first_line"].replace("|", "\\|")
+        lines.append(f"| {r['notebook'][:2]} | {r['cell']} | `{code}` | {seconds} | "
+                     f"{r['target']:g}{' (' + r['why'] + ')' if r['why'] else ''} | {mark} |")
+    lines += ["", "</details>", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=Path)
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    import torch
+
+    sections = [
+        "# Notebook cell times under each start method",
+        "",
+        f"`make bench-notebooks` on {platform.system()}, Python {platform.python_version()}, "
+        f"torch {torch.__version__}, {os.cpu_count()} cores, "
+        f"{datetime.now().astimezone():%Y-%m-%d %H:%M %Z}. One run per notebook and method; "
+        f"targets: a cell {CELL_TARGET_S:g} s (a cell tagged `timeout-lesson-N`: N + "
+        f"{TIMEOUT_MARGIN_S:g} s), the collection "
+        + ", ".join(f"{TOTAL_TARGET_S[m]:g} s under {m}" for m in METHODS) + ".",
+        "",
+    ]
+    for method in args.methods:
+        load_before = _load()
+        rows, walls = [], {}
+        for path in paths:
+            nb_rows, wall = time_notebook(path, method)
+            rows += nb_rows
+            walls[path.stem] = wall
+            print(f"{method:10s} {path.stem}: {sum(r['seconds'] or 0 for r in nb_rows):6.1f} s"
+                  f" (wall {wall:.1f} s)", file=sys.stderr, flush=True)
+        sections.append(table(method, rows, walls, load_before, _load()))
+    text = "\n".join(sections)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
