@@ -85,6 +85,9 @@ class RankEpoch:
     workers: list[int | None]
     num_workers: int | None
 
+    def __repr__(self) -> str:
+        return f"{len(self.batches)} batches"
+
 
 def collect_batches(rank: int, world_size: int, make_loader: Callable, epochs: int,
                     batch_ids: Callable | None = None) -> list[RankEpoch]:
@@ -460,7 +463,7 @@ class AuditReport:
         width = max((len(label) for label, _ in self._lines()), default=0)
         lines = [self._title()]
         for label, text in self._lines():
-            lines.append(f"  {label.ljust(width)}  {text}".rstrip())
+            lines.append(("  " + (f"{label.ljust(width)}  " if width else "") + text).rstrip())
         if self.error is not None and self.world is not None:
             lines.extend("  " + line for line in repr(self.world).splitlines())
         return "\n".join(lines)
@@ -582,7 +585,9 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
             if bad.error is not None:
                 what = bad.error
             elif bad.status == "timeout":
-                what = f"still running after {timeout_s:g} s (last: {bad.last_progress})"
+                where = (f"last: {bad.last_progress}" if bad.last_progress
+                         else "stuck before its first batch")
+                what = f"still running after {timeout_s:g} s ({where})"
             else:
                 what = bad.status
             return failed_report(world_size, epochs,
