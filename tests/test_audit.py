@@ -357,3 +357,22 @@ def test_to_dict_is_json_and_caps_the_id_lists():
 def test_bad_order_and_design_arguments_get_clear_errors(kwargs, error, match):
     with pytest.raises(error, match=match):
         audit(strided, world_size=2, in_process=True, **kwargs)
+
+
+def test_the_talks_nested_modulo_leaves_one_worker_per_rank_idle_with_two_of_each():
+    from talk_helpers.toy.ddp import make_nested_modulo_loader
+
+    report = audit(functools.partial(make_nested_modulo_loader, size=20, workers=2),
+                   world_size=2, epochs=1, expected=20, batch_size=5, in_process=True)
+    assert report.checks[0].exactly_once.ok
+    assert report.checks[0].worker_samples == [[10, 0], [0, 10]]
+    assert report.status == "warn"
+
+
+def test_the_mystery_loader_reads_each_id_once_per_worker_of_its_rank():
+    from talk_helpers.toy.ddp import make_mystery_loader
+
+    report = audit(make_mystery_loader, world_size=2, epochs=1, expected=24, in_process=True)
+    once = report.checks[0].exactly_once
+    assert once.missing_count == 0 and set(once.duplicates.values()) == {3}
+    assert report.checks[0].worker_samples == [[12, 12, 12], [12, 12, 12]]

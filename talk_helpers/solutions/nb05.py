@@ -13,4 +13,12 @@ my_idle
 # With drop_last=True every rank gets floor(10 / 4) = 2: 8 in total, 2 never read.
 my_repeated, my_dropped = 2, 2
 ''',
+    3: '''
+report = audit(make_mystery_loader, world_size=2, epochs=1, expected=24)
+report
+# Every id is read 3 times. Not world_size (2) times, so the ranks are sharded: rank 0
+# reads even ids, rank 1 odd ones. 3 is the loader's num_workers, and each of a rank's
+# 3 workers read all 12 of the rank's ids: the dataset never asks get_worker_info().
+my_diagnosis = "no worker sharding"
+''',
 }

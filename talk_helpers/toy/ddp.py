@@ -183,3 +183,45 @@ def make_fixed_count_loader(rank: int, world_size: int, epoch: int, *, steps: in
               for batch in make_sharded_loader(rank, world_size, epoch * 1000 + p,
                                                **loader_kwargs))
     return list(itertools.islice(stream, steps))
+
+
+class NestedModulo(IterableDataset):
+    """The talk's two levels of sharding, as two separate modulos (rank, then worker).
+    Every sample is read once, but with gcd(world_size, num_workers) > 1 some workers
+    never match a sample: rank r only holds ids ≡ r (mod world_size)."""
+
+    def __init__(self, size: int, rank: int, world_size: int):
+        self.size, self.rank, self.world_size = size, rank, world_size
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        for i in range(self.size):
+            if i % self.world_size == self.rank:  # shard over ranks ...
+                if i % workers == worker:         # ... then over workers
+                    yield i
+
+
+def make_nested_modulo_loader(rank: int, world_size: int, epoch: int, *, size: int = 20,
+                              workers: int = 2, batch_size: int = 5) -> DataLoader:
+    """The talk's nested modulo in a DataLoader with ``workers`` workers."""
+    return DataLoader(NestedModulo(size, rank, world_size), batch_size=batch_size,
+                      num_workers=workers)
+
+
+class RankShardedOnly(IterableDataset):
+    """Shards over ranks only (given at build time): every worker of a rank reads all of
+    the rank's samples. The mystery loader of notebook 05's exercise."""
+
+    def __init__(self, size: int, rank: int, world_size: int):
+        self.size, self.rank, self.world_size = size, rank, world_size
+
+    def __iter__(self):
+        yield from range(self.rank, self.size, self.world_size)
+
+
+def make_mystery_loader(rank: int, world_size: int, epoch: int, *, size: int = 24,
+                        workers: int = 3, batch_size: int = 4) -> DataLoader:
+    """A loader with one sharding bug, to diagnose with ``audit`` (notebook 05)."""
+    return DataLoader(RankShardedOnly(size, rank, world_size), batch_size=batch_size,
+                      num_workers=workers)
