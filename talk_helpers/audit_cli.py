@@ -187,6 +187,10 @@ def _main_torchrun(args, factory: ImportedFactory) -> int:
     progress = {"last": "joining the process group"}
     _start_watchdog(rank, args.timeout, progress)
     try:
+        if args.backend == "nccl":  # all_gather_object then goes through this GPU
+            import torch
+
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         dist.init_process_group(args.backend, timeout=timedelta(seconds=args.timeout))
     except Exception as exc:
         print(f"rank {rank}: cannot join torchrun's world ({_describe(exc)})",
