@@ -44,7 +44,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = _Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = _Parser(
+        prog=PROG,
+        description="Audit your own loader before a long run: run it in every rank of a "
+                    "real world and check that each sample is read once per epoch, "
+                    "ranks take equal batches, workers all read, and the order changes.",
+        epilog="exit status: 0 every check passed (warnings allowed), 1 a check failed or "
+               "the audit could not finish, 2 usage error. Under torchrun: torchrun "
+               "--nproc-per-node N -m talk_helpers.audit module:factory ...")
     parser.add_argument("target", help="module:factory, factory(rank, world_size, epoch) "
                                        "returns what the training loop iterates")
     parser.add_argument("--world-size", type=int, default=None,
