@@ -104,6 +104,17 @@ def _fmt(seconds: float | None, digits: int) -> str:
     return "?" if seconds is None else f"{seconds:.{digits}f}"
 
 
+def _commit() -> str:
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "an unknown commit"
+    return f"commit {head}"
+
+
 def _load() -> str:
     try:
         return f"{os.getloadavg()[0]:.1f}"
@@ -171,7 +182,7 @@ def main(argv: list[str] | None = None) -> str:
         "# Notebook cell times under each start method",
         "",
         f"`make bench-notebooks` on {platform.system()}, Python {platform.python_version()}, "
-        f"torch {torch.__version__}, {os.cpu_count()} cores, "
+        f"torch {torch.__version__}, {os.cpu_count()} cores, {_commit()}, "
         f"{datetime.now().astimezone():%Y-%m-%d %H:%M %Z}. One run per notebook and method; "
         f"targets: a cell {CELL_TARGET_S:g} s (a cell tagged `timeout-lesson-N`: N + "
         f"{TIMEOUT_MARGIN_S:g} s), the collection "

@@ -65,6 +65,7 @@ import torch.multiprocessing as mp
 
 from talk_helpers.start_method import (
     FORKSERVER_PRELOAD,
+    RANK_FORKSERVER_PRELOAD,
     START_METHODS,
     requested_start_method,
 )
@@ -309,6 +310,11 @@ def _rank_setup(rank, result_queue, caller_pid) -> None:
     _world.update(rank=rank, queue=result_queue, last_progress=None, call=0)
     threading.Thread(target=_watch_caller, args=(caller_pid,), daemon=True).start()
     torch.set_num_threads(1)
+    if mp.get_start_method(allow_none=True) == "forkserver":
+        # A forkserver child does not share its parent's server: the rank's DataLoader
+        # workers come from a server of the rank's own, started at the rank's first
+        # loader. Preloaded with torch, it forks each worker in hundredths of a second.
+        mp.set_forkserver_preload(list(RANK_FORKSERVER_PRELOAD))
     # Under spawn the heavy imports happen here, before the ranks synchronise, so that a
     # rank still importing is never mistaken for a rank stuck in a collective.
     _stage("importing")
@@ -836,3 +842,12 @@ def torch_draws(rank: int, world_size: int, n: int = 3, seed: int | None = None)
 def process_id(rank: int, world_size: int) -> int:
     """This rank's process id (for tests of warm worlds; never shown in a notebook)."""
     return os.getpid()
+
+
+def worker_start(rank: int, world_size: int) -> dict:
+    """How this rank's DataLoader workers would start: method and forkserver preload."""
+    from multiprocessing import forkserver
+
+    method = mp.get_start_method()
+    preload = forkserver._forkserver._preload_modules if method == "forkserver" else None
+    return {"start_method": method, "forkserver_preload": preload}

@@ -21,6 +21,8 @@ START_METHODS = ("fork", "forkserver", "spawn")
 # wraps a model (seconds otherwise, in every rank) and the helpers every rank runs.
 FORKSERVER_PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "numpy",
                       "talk_helpers.distributed")
+# What a rank's own forkserver (for its DataLoader workers) imports: no DDP there.
+RANK_FORKSERVER_PRELOAD = ("torch", "numpy", "talk_helpers.distributed")
 
 
 def requested_start_method() -> str | None:

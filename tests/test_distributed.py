@@ -259,3 +259,20 @@ def test_a_world_runs_from_a_jupyter_kernel_under_every_start_method():
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def test_a_forkserver_rank_starts_its_workers_from_a_server_with_torch_preloaded():
+    from talk_helpers.start_method import RANK_FORKSERVER_PRELOAD
+
+    code = ("import multiprocessing as m\n"
+            "from talk_helpers import distributed as d\n"
+            "if __name__ == '__main__':\n"
+            "    m.set_start_method('forkserver', force=True)\n"
+            "    print(d.run_ranks(d.worker_start, 2, timeout_s=120))\n")
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=180)
+    expected = {"start_method": "forkserver", "forkserver_preload": list(RANK_FORKSERVER_PRELOAD)}
+    assert out.stdout.strip() == repr([expected, expected]), out.stderr
