@@ -14,7 +14,7 @@ my_idle
 my_repeated, my_dropped = 2, 2
 ''',
     3: '''
-report = audit(make_mystery_loader, world_size=2, epochs=1, expected=24)
+report = audit(mystery, world_size=2, epochs=1, expected=24)
 report
 # Every id is read 3 times. Not world_size (2) times, so the ranks are sharded: rank 0
 # reads even ids, rank 1 odd ones. 3 is the loader's num_workers, and each of a rank's
