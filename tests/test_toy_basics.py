@@ -64,3 +64,26 @@ def test_replay_delivers_the_recorded_batches_and_ends(dataset):
     assert [list(ids) for _, ids in steps[-1].delivered] == [list(b.ids) for b in run.batches]
     assert "epoch ends" in steps[-1].caption
     assert "training loop got" in render_step(steps, len(steps) - 1)
+
+
+@given(size=st.integers(0, 40), workers=st.integers(1, 4))
+def test_the_mystery_dataset_loses_exactly_the_ids_that_do_not_fill_a_worker(size, workers):
+    from unittest import mock
+
+    from talk_helpers.toy import basics
+
+    seen = []
+    for w in range(workers):  # each worker's shard, as get_worker_info would report it
+        with mock.patch.object(basics, "current_worker", return_value=(w, workers)):
+            seen += list(basics._EvenBlockIds(size))
+    assert sorted(seen) == list(range(size - size % workers))
+
+
+def test_the_mystery_loader_misses_its_last_id_with_two_workers():
+    from talk_helpers.checks import check_exactly_once
+    from talk_helpers.toy.basics import mystery_loader
+
+    batches = list(mystery_loader(0, 1, 0))
+    report = check_exactly_once(batches, expected=25)
+    assert report.missing == [24] and report.duplicated_count == 0
+    assert [len(b) for b in batches] == [4] * 6

@@ -4,11 +4,12 @@ Each sample is just its id, so a batch shows at a glance where every sample came
 The classes are short on purpose: the notebooks print their source.
 """
 
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 __all__ = [
     "MapStyleIds", "IterableIds", "NaiveShardedIds", "ModuloShardedIds", "BlockShardedIds",
     "TaggedMapStyle", "TaggedIterable", "tag_workers", "current_worker", "block_bounds",
+    "mystery_loader",
 ]
 
 
@@ -89,6 +90,26 @@ class BlockShardedIds(IterableDataset):
         worker, num_workers = current_worker()
         start, stop = block_bounds(self.size, worker, num_workers)
         yield from range(start, stop)
+
+
+# --- Notebook 02's exercise: a loader to diagnose with audit, before reading its source ------
+
+class _EvenBlockIds(IterableDataset):
+    """Each worker yields ``size // num_workers`` neighbouring ids (the bug of the exercise:
+    the last ``size % num_workers`` ids belong to no worker)."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def __iter__(self):
+        worker, num_workers = current_worker()
+        per_worker = self.size // num_workers
+        yield from range(worker * per_worker, (worker + 1) * per_worker)
+
+
+def mystery_loader(rank, world_size, epoch, size=25, num_workers=2, batch_size=4):
+    """A loader someone hands you: ``make_loader(rank, world_size, epoch)`` for ``audit``."""
+    return DataLoader(_EvenBlockIds(size), batch_size=batch_size, num_workers=num_workers)
 
 
 # --- Tagging: which worker produced each sample --------------------------------------------
