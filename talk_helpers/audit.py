@@ -673,10 +673,17 @@ def _worker_samples(seen: RankEpoch) -> list[int] | None:
 
 
 def _shuffle(report: AuditReport, batch_size: int | None):
-    try:
-        from talk_helpers.checks import shuffle_report
-    except ImportError:
-        return None, "not available (talk_helpers.mixing is missing)"
+    """Mixing of what a training step sees: each rank's micro-batches and the global step
+    (:func:`talk_helpers.mixing.step_report`), or, where that is not available, the
+    shuffle report of the global order."""
+    from talk_helpers import mixing
+
+    step_report = getattr(mixing, "step_report", None)
+    if step_report is not None:
+        try:
+            return step_report(report.epochs), None
+        except (TypeError, ValueError) as exc:
+            return None, f"not measured ({exc})"
     orders = [report.global_order(e) for e in range(report.n_epochs)]
     if len({len(o) for o in orders}) > 1:
         return None, "not measured: the epochs have different lengths"
@@ -685,7 +692,7 @@ def _shuffle(report: AuditReport, batch_size: int | None):
     try:
         size = None if batch_size is None else min(batch_size * report.world_size,
                                                    len(orders[0]))
-        return shuffle_report(orders, batch_size=size), None
+        return mixing.shuffle_report(orders, batch_size=size), None
     except (TypeError, ValueError) as exc:
         return None, f"not measured ({exc})"
 

@@ -69,13 +69,14 @@ def no_id_key(rank, world_size, epoch):
 
 
 def test_in_process_sharded_loader_passes_every_check():
-    report = audit(functools.partial(strided, shuffle=True), world_size=2, epochs=3,
-                   expected=12, batch_size=3, in_process=True)
+    report = audit(functools.partial(strided, n=48, shuffle=True), world_size=2, epochs=3,
+                   expected=48, batch_size=3, in_process=True)
     assert isinstance(report, AuditReport)
     assert report.ok, report
     assert report.world is None
     assert [len(report.epochs[e]) for e in range(3)] == [2, 2, 2]
     assert all(isinstance(b, np.ndarray) for b in report.epochs[0][0])
+    assert report.status == "pass"
     assert report.order_changes == {0: [True, True], 1: [True, True]}
     text = repr(report)
     assert text.startswith("✔ audit of 2 ranks × 3 epochs")
