@@ -337,3 +337,94 @@ def test_oversized_batches_are_reported():
 def test_bad_batch_size_input_is_rejected_naming_the_argument(batches, batch_size, error, message):
     with pytest.raises(error, match=message):
         check_batch_sizes(batches, batch_size)
+
+
+# ---------------------------------------------------------------- check_random_draws
+
+from talk_helpers.checks import check_random_draws  # noqa: E402
+
+
+def worker_draws(rng, same_stream, workers=2, per_worker=50, epoch=0):
+    streams = [rng.random(per_worker) for _ in range(workers)]
+    if same_stream:
+        streams = [streams[0]] * workers
+    return [{"worker": w, "epoch": epoch, "id": w * per_worker + k, "draw": float(v)}
+            for w, stream in enumerate(streams) for k, v in enumerate(stream)]
+
+
+def test_workers_that_copy_one_random_stream_are_reported_by_name():
+    report = check_random_draws(worker_draws(np.random.default_rng(0), same_stream=True),
+                                across="worker")
+    assert not report.ok
+    assert report.repeats == {"worker": 1.0}
+    assert repr(report).startswith("✘ random draws (draw) repeat across workers")
+    assert "worker 0 = worker 1: 50/50" in repr(report)
+    assert "✘" in report._repr_html_()
+
+
+def test_independent_workers_pass():
+    report = check_random_draws(worker_draws(np.random.default_rng(1), same_stream=False))
+    assert report.ok and repr(report).startswith("✔")
+    assert [row.field for row in report.rows] == ["worker", "epoch"]
+
+
+def test_the_same_augmentation_for_a_sample_every_epoch_is_found_by_id():
+    rng = np.random.default_rng(2)
+    values = rng.random(40)
+    columns = {"id": np.tile(np.arange(40), 2), "epoch": np.repeat([0, 1], 40),
+               "aug": np.tile(values, 2)}
+    # In another order the second epoch: position pairing sees nothing, id pairing all.
+    order = np.r_[np.arange(40), 40 + rng.permutation(40)]
+    shuffled = {k: v[order] for k, v in columns.items()}
+    by_id = check_random_draws(shuffled, value="aug", across="epoch", match="id")
+    assert not by_id.ok and by_id.rows[0].equal == 40
+    assert check_random_draws(shuffled, value="aug", across="epoch").rows[0].equal < 5
+
+
+def test_discrete_draws_collide_by_chance_without_failing():
+    rng = np.random.default_rng(3)
+    draws = {"worker": np.repeat([0, 1, 2], 300), "draw": rng.integers(0, 4, 900)}
+    report = check_random_draws(draws, across="worker")
+    assert report.ok
+    assert report.rows[0].chance == pytest.approx(0.25, abs=0.02)
+
+
+def test_vector_draws_are_compared_whole_and_tensors_are_accepted():
+    torch.manual_seed(0)
+    rank0 = [torch.rand(3) for _ in range(10)]
+    rank1 = [t.clone() for t in rank0[:5]] + [torch.rand(3) for _ in range(5)]
+    draws = [{"rank": r, "draw": t} for r, stream in enumerate((rank0, rank1)) for t in stream]
+    report = check_random_draws(draws, across="rank")
+    assert report.rows[0].equal == 5 and report.rows[0].compared == 10
+    assert not report.ok
+    half = [{"rank": r, "draw": t[:1] if r else t} for r, t in
+            [(d["rank"], d["draw"]) for d in draws]]
+    assert check_random_draws(half, across="rank").rows[0].equal == 0   # shapes differ
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), workers=st.integers(2, 4), ranks=st.integers(1, 3),
+       per=st.integers(1, 40), copy=st.booleans())
+def test_copied_streams_always_fail_and_fresh_ones_pass(seed, workers, ranks, per, copy):
+    rng = np.random.default_rng(seed)
+    base = rng.random(per)
+    draws = [{"worker": w, "rank": r, "draw": float(v)}
+             for r in range(ranks) for w in range(workers)
+             for v in (base if copy else rng.random(per))]
+    report = check_random_draws(draws)
+    assert report.ok is (not copy)
+    assert report.repeats["worker"] == (1.0 if copy else 0.0)
+
+
+@pytest.mark.parametrize("draws, kwargs, error, match", [
+    ([{"worker": 0, "draw": 1.0}], {"value": "aug"}, ValueError, "value='aug' is not a field"),
+    ([{"id": 0, "draw": 1.0}], {}, ValueError, "across names fields"),
+    ({"worker": [0, 1], "draw": [0.5]}, {}, ValueError, "equal lengths"),
+    ([{"worker": 0, "draw": 1.0}, {"draw": 2.0}], {}, ValueError, "same fields"),
+    ("abc", {}, TypeError, "draws must be a list of dicts"),
+    ([{"worker": 0, "draw": 1.0}], {"match": "id"}, ValueError, "match='id' is not a field"),
+    ([{"worker": 0, "draw": 1.0}], {"across": 3}, TypeError, "across must be"),
+])
+def test_bad_draws_arguments_are_named(draws, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        check_random_draws(draws, **kwargs)

@@ -1,4 +1,4 @@
-"""shuffle_report's scale, its verdicts and its errors; the buffer-shuffle helpers."""
+"""The mixing scores' scale, their verdicts and errors; the buffer-shuffle helpers."""
 
 import random
 
@@ -9,9 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from talk_helpers.mixing import (
+    GOOD_MIXING,
     ShuffleReport,
+    batch_mixing,
+    block_counts,
     buffer_shuffle,
+    effective_groups,
+    rank_mixing,
     shuffle_report,
+    step_report,
     unbatch_shuffle_rebatch,
 )
 
@@ -63,15 +69,202 @@ def test_identity_scores_zero_and_repeats():
 
 
 @pytest.mark.parametrize("workers", [2, 4, 8])
-def test_within_shard_shuffle_scores_low(workers):
+def test_within_shard_shuffle_scores_at_most_one_shard_in_w(workers):
     epochs = within_shard_epochs(workers, seed=workers)
-    spread = shuffle_report(epochs, batch_size=BATCH)
+    blocks = shuffle_report(epochs, batch_size=BATCH)
     grouped = shuffle_report(epochs, groups=CLASSES, batch_size=BATCH)
-    # Each batch comes from one of `workers` shards: about 1/workers of the dataset.
-    assert spread.mixing == pytest.approx(1 / workers, abs=0.06)
+    # Each batch comes from one of `workers` shards: at the block count `workers` it holds
+    # one block, so the smallest block score is about 0.
+    assert blocks.blocks[workers] < 0.05 and blocks.mixing < 0.05
     assert grouped.mixing < 0.5
-    assert max(spread.unchanged) < 0.1   # positions change: the batches *look* random
-    assert not spread.ok and not grouped.ok
+    assert max(blocks.unchanged) < 0.1   # positions change: the batches *look* random
+    assert not blocks.ok and not grouped.ok and not blocks.well_mixed
+
+
+def test_the_old_storage_spread_is_fooled_by_two_distant_blocks_but_the_score_is_not():
+    # 20 blocks of 50 ids; every batch of 20 draws from block j and block 19 - j only.
+    rng = np.random.default_rng(0)
+    epochs = []
+    for _ in range(2):
+        pairs = [rng.permutation(np.r_[j * 50:(j + 1) * 50, (19 - j) * 50:(20 - j) * 50])
+                 for j in rng.permutation(10)]
+        epochs.append(np.concatenate(pairs))
+    report = shuffle_report(epochs, batch_size=20)
+    assert np.mean(report.spread) > 0.9          # the old score: "as spread as uniform"
+    assert report.mixing < 0.15 and not report.well_mixed
+
+
+def issue_example(rng, micro_batch, ranks=2, workers=2, n=48):
+    """Each (rank, worker) shuffles its own contiguous block; a rank's loader takes one
+    micro-batch from each worker in turn. Returns rank -> micro-batches."""
+    size = n // (ranks * workers)
+    out = []
+    for rank in range(ranks):
+        per_worker = []
+        for worker in range(workers):
+            block = rng.permutation(np.arange(size) + size * (workers * rank + worker))
+            per_worker.append([block[i:i + micro_batch] for i in range(0, size, micro_batch)])
+        out.append([b for step in zip(*per_worker, strict=True) for b in step])
+    return out
+
+
+def global_order(rank_batches):
+    return np.concatenate([b for step in zip(*rank_batches, strict=True) for b in step])
+
+
+@pytest.mark.parametrize("micro_batch", [2, 3, 4, 6])
+def test_shard_local_shuffle_of_the_issue_is_never_well_mixed_per_step(micro_batch):
+    rng = np.random.default_rng(micro_batch)
+    epochs = [issue_example(rng, micro_batch) for _ in range(2)]
+    report = step_report(epochs)
+    assert report.rank_scores == pytest.approx([0.0, 0.0], abs=1e-9)
+    assert not report.well_mixed and not report.ok
+    assert "poorly mixed" in repr(report)
+    assert not rank_mixing(epochs[0]).well_mixed
+
+
+def test_issue_example_scored_on_the_global_step_is_poorly_mixed():
+    rng = np.random.default_rng(4)
+    orders = [global_order(issue_example(rng, 4)) for _ in range(2)]
+    report = shuffle_report(orders, batch_size=8)          # a global step: 2 ranks × 4
+    assert report.mixing < 0.5 and not report.well_mixed
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), ranks=st.sampled_from([1, 2, 4]),
+       workers=st.sampled_from([1, 2, 4]), micro_batch=st.integers(2, 8),
+       block=st.sampled_from([16, 24, 32]))
+def test_a_shard_local_shuffle_never_reads_well_mixed(seed, ranks, workers, micro_batch,
+                                                      block):
+    if ranks * workers < 2:
+        workers = 2
+    rng = np.random.default_rng(seed)
+    n = block * ranks * workers
+    epochs = [issue_example(rng, micro_batch, ranks, workers, n) for _ in range(2)]
+    assert not step_report(epochs).well_mixed
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(600, 2000), batch=st.integers(16, 40))
+def test_uniform_permutations_read_about_one_and_well_mixed(seed, n, batch):
+    rng = np.random.default_rng(seed)
+    report = shuffle_report([rng.permutation(n) for _ in range(2)], batch_size=batch)
+    assert 0.8 <= report.mixing < 1.3
+    assert report.well_mixed and report.ok
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), world=st.sampled_from([1, 2, 4]),
+       micro_batch=st.integers(8, 32))
+def test_uniform_micro_batches_are_never_called_poorly_mixed(seed, world, micro_batch):
+    rng = np.random.default_rng(seed)
+    epochs = []
+    for _ in range(2):
+        order = rng.permutation(1920)
+        epochs.append([[order[r::world][i:i + micro_batch]
+                        for i in range(0, 1920 // world, micro_batch)] for r in range(world)])
+    report = step_report(epochs)
+    assert report.well_mixed or report.too_few_samples
+    assert 0.5 < report.mixing < 1.5
+    assert "poorly mixed" not in repr(report)
+
+
+def test_a_small_uniform_sample_says_too_few_samples_rather_than_poorly_mixed():
+    rng = np.random.default_rng(11)
+    reports = [shuffle_report([rng.permutation(48) for _ in range(2)], batch_size=4)
+               for _ in range(40)]
+    assert not any("poorly mixed" in repr(r) for r in reports)
+    unproven = [r for r in reports if not r.well_mixed]
+    assert unproven and all(r.too_few_samples and not r.ok for r in unproven)
+    assert all("too few samples" in repr(r) for r in unproven)
+
+
+def k_of_m_epoch(rng, m, k, block, batch):
+    """An order whose every batch draws from k of the m contiguous storage blocks."""
+    blocks = rng.permutation(m).reshape(m // k, k)
+    parts = []
+    for group in blocks[rng.permutation(m // k)]:
+        pool = rng.permutation(np.concatenate([np.arange(b * block, (b + 1) * block)
+                                               for b in group]))
+        parts.append(pool)
+    order = np.concatenate(parts)
+    assert (k * block) % batch == 0
+    return order
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1),
+       mk=st.sampled_from([(2, 1), (4, 1), (4, 2), (8, 1), (8, 2), (8, 4), (16, 2),
+                           (16, 4), (16, 8), (32, 4)]),
+       block=st.sampled_from([32, 64]))
+def test_batches_from_k_of_m_blocks_score_at_most_about_k_over_m(seed, mk, block):
+    m, k = mk
+    batch = 16
+    rng = np.random.default_rng(seed)
+    orders = [k_of_m_epoch(rng, m, k, block, batch) for _ in range(2)]
+    report = shuffle_report(orders, batch_size=batch)
+    assert m in report.blocks
+    # At most k effective blocks per batch (a little more without replacement).
+    bound = (k * (batch - 1) / (batch - k) - 1) / (m - 1)
+    assert report.mixing <= bound + 0.05
+    assert report.mixing <= k / m + 0.1
+    if k / m < GOOD_MIXING - 0.2:
+        assert not report.well_mixed
+
+
+def test_a_rank_reading_one_half_is_poorly_mixed_though_the_global_order_is_not():
+    rng = np.random.default_rng(7)
+    epochs = []
+    for _ in range(2):
+        halves = [rng.permutation(np.arange(r * 480, (r + 1) * 480)) for r in range(2)]
+        epochs.append([[h[i:i + 8] for i in range(0, 480, 8)] for h in halves])
+    report = step_report(epochs)
+    assert report.rank_scores[0] < 0.05 and report.rank_scores[1] < 0.05
+    assert not report.well_mixed
+    glob = shuffle_report([global_order(e) for e in epochs], batch_size=16)
+    assert glob.blocks[2] > 1.0      # the interleaved steps hold both halves
+
+
+def test_effective_groups_is_about_5_8_for_8_uniform_draws_from_16_shards():
+    rng = np.random.default_rng(0)
+    shards = np.arange(1024) // 64
+    values = [effective_groups(np.split(rng.permutation(1024), 128), shards)
+              for _ in range(20)]
+    assert np.mean(values) == pytest.approx(5.8, abs=0.1)
+    one_shard = [np.arange(s * 64, s * 64 + 8) for s in range(16)]
+    assert effective_groups(one_shard, shards) == 1.0
+
+
+def test_step_report_reports_effective_groups_per_rank_with_groups():
+    shards = np.arange(256) // 16
+    rng = np.random.default_rng(1)
+    epochs = [[[rng.permutation(np.arange(s * 16, s * 16 + 16))[:8]
+                for s in range(r, 16, 2)] for r in range(2)] for _ in range(2)]
+    report = step_report(epochs, groups=shards)
+    assert report.rank_effective == [1.0, 1.0]
+    assert not report.well_mixed
+    assert "effective groups per micro-batch" in repr(report)
+
+
+def test_batch_mixing_matches_the_report_and_block_counts_grow_with_pairs():
+    rng = np.random.default_rng(2)
+    orders = [rng.permutation(600) for _ in range(2)]
+    report = shuffle_report(orders, batch_size=20)
+    batches = [b for o in orders for b in np.split(o, 30)]
+    assert batch_mixing(batches) == pytest.approx(report.mixing)
+    assert block_counts(600, 10_000) == (2, 4, 8, 16, 32, 64)
+    assert block_counts(48, 100) == (2,)
+    assert block_counts(1, 100) == ()
+
+
+@pytest.mark.parametrize("bad, match", [
+    ([[[[0, 1]]]], "at least 2 epochs"),
+    ([[[[0, 1]], [[2, 3]]], [[[0, 1]]]], "same number of ranks"),
+    ([[]], "non-empty list of ranks"),
+])
+def test_step_report_bad_input_names_the_argument(bad, match):
+    with pytest.raises(ValueError, match=match):
+        step_report(bad)
 
 
 def test_buffer_shuffle_mixing_rises_with_buffer_size():
