@@ -71,7 +71,7 @@ from talk_helpers.start_method import (
 )
 
 HOST = "127.0.0.1"
-ERROR_GRACE_S = 2.0  # after a rank raises, how long the others may take to report
+ERROR_GRACE_S = 1.0  # after a rank raises, how long the others may take to report
 EXIT_GRACE_S = 5.0  # after every rank reported, how long each may take to exit cleanly
 SILENT_DEATH_GRACE_S = 1.0  # a dead rank's last message may still be in the pipe
 STATUSES = ("ok", "error", "timeout", "killed")
@@ -574,8 +574,11 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
             procs.append(p)
         handles = _handles(procs)
         known = _supervise(procs, handles, result_queue, watch, started + timeout_s)
-        # Ranks that reported get a moment to exit by themselves, then are killed.
-        exit_deadline = time.monotonic() + EXIT_GRACE_S
+        # After a success the ranks get a moment to exit by themselves, then are killed.
+        # After a failure nothing is left to wait for (a rank may be waiting for a peer
+        # that is gone): they are killed at once.
+        failed = watch.stopped_by is not None or not all(o.ok for o in watch.outcomes.values())
+        exit_deadline = time.monotonic() + (0.0 if failed else EXIT_GRACE_S)
         for p in procs:
             p.join(max(0.0, exit_deadline - time.monotonic()))
         leftovers = [h for h in handles.values() if h is not None and h.is_running()

@@ -97,16 +97,18 @@ class WarmWorld:
         report = watch.report(time.monotonic() - started, self.method, warm=self.calls > 1)
         return report, healthy
 
-    def close(self) -> None:
-        """Stop every rank and its processes; never leaves one behind."""
-        for q in self.task_queues:
-            try:
-                q.put(None)
-            except Exception:
-                pass
-        deadline = time.monotonic() + 1.0
-        for p in self.procs:
-            p.join(max(0.0, deadline - time.monotonic()))
+    def close(self, graceful: bool = True) -> None:
+        """Stop every rank and its processes; never leaves one behind. ``graceful``: ask
+        idle ranks to exit first (up to a second), else kill them at once."""
+        if graceful:
+            for q in self.task_queues:
+                try:
+                    q.put(None)
+                except Exception:
+                    pass
+            deadline = time.monotonic() + 1.0
+            for p in self.procs:
+                p.join(max(0.0, deadline - time.monotonic()))
         d._stop_processes(self.procs)
         d._close_queues(self.result_queue, self.port_queue)
         for q in self.task_queues:
@@ -132,13 +134,13 @@ def run_warm(fn, world_size: int, *, args: tuple, timeout_s: float,
         report, healthy = world.run(fn, args, timeout_s - (time.monotonic() - started),
                                     collective_timeout_s)
     except BaseException:
-        world.close()
+        world.close(graceful=False)
         raise
-    report.elapsed_s = time.monotonic() - started
     if healthy:
         _keep(world)
-    else:
-        world.close()
+    else:  # a rank may still wait for a peer that is gone: nothing to wait for
+        world.close(graceful=False)
+    report.elapsed_s = time.monotonic() - started
     return report
 
 
@@ -192,8 +194,22 @@ def _warm_rank_main(rank, world_size, port_queue, task_queue, result_queue, call
             sys.modules["numpy"].random.seed()
         d._run_call(rank, world_size, port_queue, payload, (), collective_timeout_s,
                     rendezvous_timeout_s, time.monotonic())
-        gc.collect()  # a loader iterator still referenced shuts its workers down
-        d._kill_tree([me], include_roots=False)
+        try:
+            _stop_leftovers(me)
+        except Exception:  # noqa: BLE001 - a worker dying now must not end the rank
+            d._kill_tree([me], include_roots=False)
         os.environ.clear()
         os.environ.update(environ)
         d._send("idle")
+
+
+def _stop_leftovers(me: psutil.Process) -> None:
+    """Stop what a call left running in this rank: DataLoader workers through their own
+    shutdown (so the loader does not report them as crashed), anything else killed."""
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    gc.collect()  # an iterator nobody references shuts its workers down
+    for obj in gc.get_objects():
+        if isinstance(obj, _MultiProcessingDataLoaderIter):
+            obj._shutdown_workers()
+    d._kill_tree([me], include_roots=False)
