@@ -15,12 +15,15 @@ NBVAL  := $(BIN)/python -m pytest --nbval --nbval-current-env \
         browser chromium outputs imgs present slides bench bench-notebooks clean
 
 # Installs only when the pins change: a second `make test` goes straight to the tests.
-$(STAMP): requirements.txt pyproject.toml
+# requirements-audit.txt holds libraries only notebook 10 audits: --no-deps keeps torchvision
+# (and a second torch) out; check_requirements.py is `pip check` naming their known gaps.
+$(STAMP): requirements.txt requirements-audit.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
-	$(BIN)/python -m pip check
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-audit.txt
+	$(BIN)/python scripts/check_requirements.py
 	touch $@
 
 setup: $(STAMP)

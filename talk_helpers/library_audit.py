@@ -1,7 +1,8 @@
 """Loader factories that put real data libraries through :func:`talk_helpers.audit.audit`.
 
-Notebook 10 runs Hugging Face ``datasets``, ``webdataset``, ``torchdata`` and the
-reference :class:`~talk_helpers.sharded_iterable.ShardedIterableDataset` in real gloo
+Notebook 10 runs Hugging Face ``datasets``, ``webdataset``, ``torchdata`` (its
+``StatefulDataLoader`` and ``nodes``), ``litdata``, mosaicml-streaming's sample assignment and
+the reference :class:`~talk_helpers.sharded_iterable.ShardedIterableDataset` in real gloo
 worlds and compares them in one table. Every ``make_*`` function here has the signature
 ``audit`` expects, ``make_loader(rank, world_size, epoch)``, once its settings are bound
 with ``functools.partial``; they are module-level so that spawned ranks can import them.
@@ -62,10 +63,11 @@ OK, BAD, INFO = "#009E73", "#D55E00", "#000000"
 
 __all__ = [
     "BATCH_SIZE", "N_SAMPLES", "NUM_WORKERS", "SHARD_SIZES", "SHARD_SIZES_MANY",
-    "AuditTable", "LibraryRow", "hf_iterable", "make_hf_loader", "make_hf_stateful",
-    "make_map_stateful", "make_plain_iterable_stateful", "make_reference_loader",
-    "make_reference_stateful", "make_resumed", "make_wds_loader", "make_wds_resampled",
-    "resume_verdict", "short_error", "wds_shards",
+    "AuditTable", "LibraryRow", "hf_iterable", "litdata_dir", "make_hf_loader",
+    "make_hf_stateful", "make_litdata_loader", "make_map_stateful", "make_nodes_loader",
+    "make_plain_iterable_stateful", "make_reference_loader", "make_reference_stateful",
+    "make_resumed", "make_streaming_loader", "make_streaming_resumed", "make_wds_loader",
+    "make_wds_resampled", "resume_verdict", "short_error", "streaming_modules", "wds_shards",
 ]
 
 
@@ -436,3 +438,186 @@ class AuditTable:
                            f"{escape(mark + text)}</td>")
             body.append("<tr>" + "".join(tds) + "</tr>")
         return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+# ------------------------------------------------------------------ torchdata.nodes
+
+
+def _collate_ids(items: list) -> torch.Tensor:
+    return torch.tensor(items, dtype=torch.int64)
+
+
+def make_nodes_loader(rank: int, world_size: int, epoch: int, *, n: int = N_SAMPLES,
+                      shuffle: bool = True, seed: int = 0, num_workers: int = NUM_WORKERS,
+                      batch_size: int = BATCH_SIZE, drop_last: bool = False):
+    """torchdata.nodes as its "migrating from DataLoader" guide sets it up for DDP:
+    ``SamplerWrapper(DistributedSampler(ds))`` → ``ParallelMapper(ds.__getitem__)`` →
+    ``Batcher`` → collate → ``Loader``. ``SamplerWrapper`` calls ``set_epoch`` itself at
+    every new iteration; ``initial_epoch=epoch`` is the value a loader reused for ``epoch``
+    epochs holds."""
+    from torch.utils.data import DistributedSampler
+    from torchdata.nodes import Batcher, Loader, Mapper, ParallelMapper, SamplerWrapper
+
+    ds = _Ids(n)
+    sampler = DistributedSampler(ds, num_replicas=world_size, rank=rank, shuffle=shuffle,
+                                 seed=seed)
+    node = SamplerWrapper(sampler, initial_epoch=epoch)
+    node = ParallelMapper(node, map_fn=ds.__getitem__, num_workers=num_workers,
+                          method="thread")
+    node = Batcher(node, batch_size=batch_size, drop_last=drop_last)
+    node = Mapper(node, _collate_ids)
+    return Loader(node)
+
+
+# ------------------------------------------------------------------ litdata
+
+
+def _litdata_item(index: int) -> dict:
+    return {"id": index}
+
+
+def litdata_dir(n: int = N_SAMPLES, chunk_size: int = 8) -> str:
+    """``litdata.optimize`` of the ids ``0..n-1`` in chunks of ``chunk_size`` (61 ids: eight
+    chunks, the last of 5), written once into a temporary folder and renamed into place, so
+    ranks that race all find the same complete folder. Its progress output is swallowed."""
+    import contextlib
+
+    folder = os.path.join(CACHE_DIR, f"litdata-{n}-{chunk_size}")
+    if os.path.exists(os.path.join(folder, "index.json")):
+        return folder
+    import litdata
+
+    os.makedirs(CACHE_DIR, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="litdata-", dir=CACHE_DIR)
+    out = os.path.join(tmp, "out")
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), \
+            contextlib.redirect_stderr(sink):
+        litdata.optimize(fn=_litdata_item, inputs=list(range(n)), output_dir=out,
+                         chunk_size=chunk_size, num_workers=1)
+    try:
+        os.rename(out, folder)
+    except OSError:          # another rank got there first; its folder is the same
+        pass
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def make_litdata_loader(rank: int, world_size: int, epoch: int, *, n: int = N_SAMPLES,
+                        shuffle: bool = True, seed: int = 42, drop_last: bool | None = None,
+                        num_workers: int = NUM_WORKERS, batch_size: int = BATCH_SIZE):
+    """``StreamingDataset(optimized folder, shuffle=…, seed=…)`` in a
+    ``StreamingDataLoader``. litdata reads rank and world size from ``torch.distributed``.
+    The loader counts epochs itself (``current_epoch``, +1 at every ``iter``); setting it to
+    ``epoch`` is the value a loader reused for ``epoch`` epochs holds."""
+    import litdata
+
+    _quiet()
+    ds = litdata.StreamingDataset(litdata_dir(n), shuffle=shuffle, seed=seed,
+                                  drop_last=drop_last)
+    loader = litdata.StreamingDataLoader(ds, batch_size=batch_size,
+                                         **_loader_kwargs(num_workers))
+    loader.current_epoch = epoch
+    return loader
+
+
+# ------------------------------------------------------------------ mosaicml-streaming
+
+
+def streaming_modules():
+    """mosaicml-streaming's partition and shuffle functions, the code
+    ``StreamingDataset`` runs to decide which samples each node, rank and worker reads.
+
+    ``import streaming`` imports its text, vision and multimodal packages, which need
+    ``transformers`` and ``torchvision`` (the only torchvision for torch 2.13 on the
+    registry is a CUDA build), and ``streaming.base`` imports ``transformers`` too. These two
+    subpackages import only numpy, so they are loaded from the installed wheel under their
+    own names, with empty stand-ins for the parents ``streaming`` and ``streaming.base``
+    (their ``__init__`` is not run). Returns ``(get_partitions, get_shuffle)``."""
+    import importlib
+    import importlib.machinery
+    import sys
+    import types
+
+    spec = importlib.machinery.PathFinder.find_spec("streaming")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("mosaicml-streaming is not installed: "
+                          "pip install --no-deps -r requirements-audit.txt")
+    root = list(spec.submodule_search_locations)[0]
+    for name, path in (("streaming", root), ("streaming.base", os.path.join(root, "base"))):
+        if name not in sys.modules:
+            stand_in = types.ModuleType(name, "stand-in: the package __init__ is not run")
+            stand_in.__path__ = [path]
+            sys.modules[name] = stand_in
+    partition = importlib.import_module("streaming.base.partition")
+    shuffle = importlib.import_module("streaming.base.shuffle")
+    return partition.get_partitions, shuffle.get_shuffle
+
+
+class _StreamingWork(torch.utils.data.IterableDataset):
+    """A rank's share of one epoch as mosaicml-streaming computes it: the partition tensor
+    ``(nodes, ranks per node, workers per rank, batches per worker, batch size)`` from
+    ``get_partitions``, ids mapped through ``get_shuffle`` when shuffling, ``-1`` padding
+    skipped, each DataLoader worker reading its own slice: what
+    ``generate_work_random_batching`` and ``StreamingDataset._get_work`` do."""
+
+    def __init__(self, rank, world_size, epoch, *, shard_sizes, shuffle, seed, batch_size,
+                 num_workers, num_canonical_nodes, partition_algo, shuffle_algo,
+                 shuffle_block_size, drop_first):
+        self.rank, self.world_size, self.epoch = rank, world_size, epoch
+        self.shard_sizes = np.asarray(shard_sizes, dtype=np.int64)
+        self.shuffle, self.seed, self.batch_size = shuffle, seed, batch_size
+        self.num_workers = max(1, num_workers)
+        self.num_canonical_nodes = num_canonical_nodes or 1
+        self.partition_algo, self.shuffle_algo = partition_algo, shuffle_algo
+        self.shuffle_block_size, self.drop_first = shuffle_block_size, drop_first
+
+    def work(self) -> np.ndarray:
+        get_partitions, get_shuffle = streaming_modules()
+        ids = get_partitions(self.partition_algo, int(self.shard_sizes.sum()),
+                             self.num_canonical_nodes, 1, self.world_size, self.num_workers,
+                             self.batch_size, self.drop_first)
+        if self.shuffle:
+            order = get_shuffle(self.shuffle_algo, self.shard_sizes, self.num_canonical_nodes,
+                                self.seed, self.epoch, self.shuffle_block_size)
+            ids = np.where(ids != -1, order[ids], -1)
+        return ids[0, self.rank]
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        worker = 0 if info is None else info.id
+        mine = self.work()[worker].reshape(-1)
+        yield from (int(i) for i in mine if i != -1)
+
+
+def make_streaming_loader(rank: int, world_size: int, epoch: int, *, shard_sizes=SHARD_SIZES,
+                          shuffle: bool = True, seed: int = 9176,
+                          num_workers: int = NUM_WORKERS, batch_size: int = BATCH_SIZE,
+                          num_canonical_nodes: int | None = None,
+                          partition_algo: str = "relaxed", shuffle_algo: str = "py1e",
+                          shuffle_block_size: int = 1 << 18, drop_first: int = 0):
+    """mosaicml-streaming's sample assignment (its defaults: ``relaxed`` partition, ``py1e``
+    shuffle, seed 9176) over ``shard_sizes``, in a DataLoader with ``num_workers`` workers.
+    ``drop_first`` is how its ``state_dict`` resumes: the samples the whole world has seen."""
+    ds = _StreamingWork(rank, world_size, epoch, shard_sizes=shard_sizes, shuffle=shuffle,
+                        seed=seed, batch_size=batch_size, num_workers=num_workers,
+                        num_canonical_nodes=num_canonical_nodes,
+                        partition_algo=partition_algo, shuffle_algo=shuffle_algo,
+                        shuffle_block_size=shuffle_block_size, drop_first=drop_first)
+    return DataLoader(ds, batch_size=batch_size, **_loader_kwargs(num_workers))
+
+
+def make_streaming_resumed(rank: int, world_size: int, epoch: int, *,
+                           stop_after: int = STOP_AFTER, **settings):
+    """mosaicml-streaming's resume: after ``stop_after`` batches on every rank its
+    ``state_dict`` records ``sample_in_epoch``, the samples the whole world has seen
+    (``stop_after × batch_size × world_size``), and the restarted dataset passes it to
+    ``get_partitions`` as ``drop_first``. Returns every batch before and after the restart."""
+    batch_size = settings.get("batch_size", BATCH_SIZE)
+    first = iter(make_streaming_loader(rank, world_size, epoch, **settings))
+    before = [batch for _, batch in zip(range(stop_after), first, strict=False)]
+    del first
+    seen = stop_after * batch_size * world_size
+    return before + list(make_streaming_loader(rank, world_size, epoch, drop_first=seen,
+                                               **settings))

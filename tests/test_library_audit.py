@@ -95,3 +95,65 @@ def test_webdataset_in_a_real_world_splits_shards_without_balance():
     assert report.error is None, report
     assert report.checks[0].exactly_once.ok
     assert report.checks[0].batch_counts.counts == (9, 5)
+
+
+def _resume_pair(make, resumed, *, real=False, **kw):
+    run = (functools.partial(audit, world_size=2, epochs=2, expected=la.N_SAMPLES,
+                             timeout_s=500, **kw) if real else in_process)
+    return run(make), run(resumed)
+
+
+def test_torchdata_nodes_pads_one_repeat_keeps_ranks_equal_and_resumes_exactly():
+    plain, resumed = _resume_pair(la.make_nodes_loader,
+                                  functools.partial(la.make_resumed, build=la.make_nodes_loader))
+    for check in plain.checks:
+        assert len(check.exactly_once.duplicates) == 1 and not check.exactly_once.missing
+        assert check.batch_counts.counts == (7, 7)
+    assert all(plain.order_changes[0]) and all(plain.order_changes[1])
+    assert la.resume_verdict(plain, resumed) == (True, "exact")
+
+
+def test_streaming_partition_modules_load_without_the_package_init():
+    import sys
+
+    get_partitions, get_shuffle = la.streaming_modules()
+    assert get_partitions.__module__ == "streaming.base.partition"
+    assert "streaming.vision" not in sys.modules and "streaming.base.dataset" not in sys.modules
+
+
+def test_streaming_pads_to_equal_ranks_shuffles_per_epoch_and_resumes_with_drop_first():
+    plain, resumed = _resume_pair(la.make_streaming_loader, la.make_streaming_resumed)
+    for check in plain.checks:
+        assert len(check.exactly_once.duplicates) == 1 and not check.exactly_once.missing
+        assert check.batch_counts.counts == (7, 7)
+    assert all(plain.order_changes[0]) and all(plain.order_changes[1])
+    assert la.resume_verdict(plain, resumed) == (True, "exact")
+
+
+@pytest.mark.timeout(600)
+def test_litdata_drops_the_remainder_by_default_and_resumes_exactly():
+    plain, resumed = _resume_pair(
+        la.make_litdata_loader, functools.partial(la.make_resumed, build=la.make_litdata_loader),
+        real=True)
+    assert plain.error is None, plain
+    for check in plain.checks:
+        assert len(check.exactly_once.missing) == 1 and not check.exactly_once.duplicates
+        assert check.batch_counts.counts == (6, 6)
+    assert all(plain.order_changes[0]) and all(plain.order_changes[1])
+    assert la.resume_verdict(plain, resumed) == (True, "exact")
+
+
+@pytest.mark.timeout(600)
+def test_litdata_without_drop_last_reads_everything_but_ranks_differ():
+    report = audit(functools.partial(la.make_litdata_loader, drop_last=False), world_size=2,
+                   epochs=1, expected=la.N_SAMPLES, timeout_s=500)
+    assert report.error is None, report
+    assert report.checks[0].exactly_once.ok
+    assert report.checks[0].batch_counts.counts == (6, 7)
+
+
+@pytest.mark.timeout(600)
+def test_litdata_shuffle_keeps_chunks_together():
+    report = audit(la.make_litdata_loader, world_size=2, epochs=2, expected=la.N_SAMPLES,
+                   shuffle=True, timeout_s=500)
+    assert report.poorly_mixed and report.shuffle.mixing < 0.3

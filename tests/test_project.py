@@ -141,3 +141,27 @@ def test_collection_map_joins_bullets_wrapped_onto_the_next_line(tmp_path):
     assert (entry.title, entry.teaches, entry.exists) == (
         "A title", ("one long bullet that wraps here", "a second one"), True)
     assert not collection_map(tmp_path).entries[1].exists
+
+
+def _audit_pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "requirements-audit.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[name.lower()] = version
+    return pins
+
+
+def test_audit_only_libraries_are_pinned_exactly_and_never_bring_torch():
+    pins = _audit_pins()
+    assert {"litdata", "mosaicml-streaming"} <= set(pins)
+    assert not {"torch", "torchvision"} & set(pins)
+    assert not set(pins) & set(_requirements_pins())
+
+
+def test_every_requirement_is_met_except_the_named_audit_gaps():
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_requirements.py")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout
+    assert "known: litdata requires torchvision" in done.stdout
