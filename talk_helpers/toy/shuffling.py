@@ -16,13 +16,14 @@ import random
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from talk_helpers.mixing import buffer_shuffle, unbatch_shuffle_rebatch
 
 __all__ = [
     "SIZE", "CLASSES", "ShuffleAfterShard", "ShuffleBeforeShard", "SharedSeedShuffle",
-    "BufferShuffled", "same_seed_worker_init", "labels_of", "shard_ranges", "epoch_orders",
+    "BufferShuffled", "SplitThenShuffleShards", "MysteryShuffle",
+    "webdataset_reads", "same_seed_worker_init", "labels_of", "shard_ranges", "epoch_orders",
     "collect", "simulate_loader", "rebatched_orders", "show_code",
 ]
 
@@ -106,10 +107,14 @@ class SharedSeedShuffle(IterableDataset):
 
 
 class BufferShuffled(IterableDataset):
-    """What HF datasets and WebDataset do: shuffle the order of the shards with a shared
-    (seed, epoch), let each worker read its shards in that order through a shuffle buffer
-    of ``buffer_size`` samples. With ``worker_batch``, workers yield lists of that many
-    ids (for ``batch_size=None`` loaders and the unbatch → shuffle → rebatch pattern)."""
+    """Shuffle the shards, then split them, then a sample buffer: close to HF datasets'
+    ``IterableDataset.shuffle(seed, buffer_size)``. The shard order comes from a shared
+    (seed, epoch); worker ``w`` reads shards ``w, w + W, …`` of that order through its own
+    shuffle buffer of ``buffer_size`` samples. (HF 5.x also interleaves up to 10 of a
+    worker's shards into the buffer, ``max_buffer_input_shards``; not modelled here.)
+    WebDataset does it the other way round: see :class:`SplitThenShuffleShards`.
+    With ``worker_batch``, workers yield lists of that many ids (for ``batch_size=None``
+    loaders and the unbatch → shuffle → rebatch pattern)."""
 
     def __init__(self, size=SIZE, num_shards=8, buffer_size=64, seed=0, epoch=0,
                  worker_batch=None):
@@ -136,6 +141,114 @@ class BufferShuffled(IterableDataset):
 
     def __iter__(self):
         return self.stream(*_worker())
+
+
+class SplitThenShuffleShards(BufferShuffled):
+    """WebDataset 1.0.2's order: ``WebDataset(urls, shardshuffle=n, seed=s).shuffle(b)``.
+    The shard list is split first (worker ``w`` keeps shards ``w, w + W, …`` every epoch),
+    then each worker shuffles *its* shards with ``random.Random(seed)``, the seed fixed when
+    the dataset is built, so the shard order is the same every epoch; ``epoch`` only
+    changes the sample buffer (``.shuffle(b)``, which WebDataset seeds from pid and time)."""
+
+    def shard_order(self, worker_id, num_workers) -> list[int]:
+        """The shards worker ``worker_id`` reads, in order: its split, then WebDataset's
+        buffer pick with ``random.Random(seed)`` (exact while a worker holds fewer shards
+        than ``shardshuffle`` and 100)."""
+        buffer = list(range(self.num_shards))[worker_id::num_workers]
+        rng, order = random.Random(self.seed), []
+        while buffer:                      # webdataset.filters.pick
+            k = rng.randint(0, len(buffer) - 1)
+            order.append(buffer[k])
+            buffer[k] = buffer[-1]
+            buffer.pop()
+        return order
+
+    def stream(self, worker_id, num_workers):
+        shards = shard_ranges(self.size, self.num_shards)
+        order = self.shard_order(worker_id, num_workers)   # the same every epoch
+        mine = (i for s in order for i in shards[s])
+        rng = random.Random(f"{self.seed}-{self.epoch}-{worker_id}")
+        samples = buffer_shuffle(mine, self.buffer_size, rng)
+        if not self.worker_batch:
+            yield from samples
+            return
+        batch = []
+        for i in samples:
+            batch.append(i)
+            if len(batch) == self.worker_batch:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+
+
+class MysteryShuffle(IterableDataset):
+    """A loader to diagnose with the checks (notebook 03's exercise): yields
+    ``{"id", "aug", "worker"}`` like :class:`SharedSeedShuffle`. Read the checks, not
+    this code."""
+
+    def __init__(self, size=SIZE, seed=0, epoch=0, block=50):
+        self.size, self.seed, self.epoch, self.block = size, seed, epoch, block
+
+    def stream(self, worker_id, num_workers):
+        starts = np.random.default_rng([self.seed, self.epoch]).permutation(
+            range(0, self.size, self.block))
+        ids = [i for start in starts.tolist()
+               for i in range(start, min(start + self.block, self.size))]
+        for i in ids[worker_id::num_workers]:
+            yield {"id": i, "aug": _augment(random), "worker": worker_id}
+
+    def __iter__(self):
+        return self.stream(*_worker())
+
+
+# --- a real WebDataset, to check the model against -------------------------------------
+
+
+def _wds_record(sample: dict) -> tuple[int, int, int]:
+    """(worker, shard, sample id) of one WebDataset sample, recorded inside the worker."""
+    info = get_worker_info()
+    shard = int(sample["__url__"].rsplit("-", 1)[1].split(".")[0])
+    return (0 if info is None else info.id), shard, int(sample["id"])
+
+
+def webdataset_reads(epochs=2, num_workers=2, num_shards=8, size=SIZE, shardshuffle=8,
+                     buffer_size=0, seed=None, multiprocessing_context=None) -> dict:
+    """Run a real ``webdataset.WebDataset(urls, shardshuffle=…, seed=…)`` (``.shuffle(
+    buffer_size)`` when given) over ``num_shards`` tar shards of ids 0..size-1, in one
+    DataLoader for ``epochs`` epochs (new workers each epoch, as by default). ``seed=None``
+    is WebDataset's default: a seed drawn once, when the dataset is built.
+
+    Returns ``{"seed": the seed WebDataset used, "shards": per epoch {worker: [shard, …]}
+    in the order each worker first yielded a sample of them, "orders": per epoch the ids
+    in the order they came out}``."""
+    import warnings
+
+    import webdataset as wds
+
+    from talk_helpers.library_audit import wds_shards
+
+    sizes = [len(r) for r in shard_ranges(size, num_shards)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dataset = wds.WebDataset(wds_shards(sizes), shardshuffle=shardshuffle, seed=seed,
+                                 nodesplitter=None, empty_check=False)
+    used_seed = dataset.seed
+    if buffer_size:
+        dataset = dataset.shuffle(buffer_size)
+    loader = DataLoader(dataset.map(_wds_record), batch_size=None, num_workers=num_workers,
+                        multiprocessing_context=multiprocessing_context)
+    shards, orders = [], []
+    for _ in range(epochs):
+        seen: dict[int, list[int]] = {}
+        order = []
+        for worker, shard, sample in loader:
+            if shard not in seen.setdefault(worker, []):
+                seen[worker].append(shard)
+            order.append(sample)
+        shards.append(dict(sorted(seen.items())))
+        orders.append(np.asarray(order, dtype=np.int64))
+    return {"seed": used_seed, "shards": shards, "orders": orders}
 
 
 # --- running and simulating loaders ------------------------------------------------------
