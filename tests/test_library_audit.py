@@ -157,3 +157,25 @@ def test_litdata_shuffle_keeps_chunks_together():
     report = audit(la.make_litdata_loader, world_size=2, epochs=2, expected=la.N_SAMPLES,
                    shuffle=True, timeout_s=500)
     assert report.poorly_mixed and report.shuffle.mixing < 0.3
+
+
+def test_seed_pattern2_silently_drops_the_shards_left_after_integer_division():
+    report = in_process(la.make_seed_pattern2, shuffle=False)
+    assert len(report.checks[0].exactly_once.missing) == la.SEED_SHARDS[-1]
+    assert report.checks[0].batch_counts.counts == (5, 5)
+    fixed = in_process(functools.partial(la.make_seed_pattern2,
+                                         load=la.load_sharded_round_robin), shuffle=False)
+    assert fixed.checks[0].exactly_once.ok and fixed.checks[0].batch_counts.counts == (8, 5)
+
+
+@pytest.mark.timeout(600)
+def test_seed_webdataset_pattern_raises_under_ddp_and_with_a_node_splitter_rereads_shards():
+    raw = audit(la.make_seed_pattern3, world_size=2, epochs=1, expected=la.N_SAMPLES,
+                timeout_s=500)
+    assert "explicit nodesplitter" in la.short_error(raw)
+    split = audit(functools.partial(la.make_seed_pattern3, split_nodes=True), world_size=2,
+                  epochs=1, expected=la.N_SAMPLES, timeout_s=500)
+    once = split.checks[0].exactly_once
+    assert split.error is None and len(once.duplicates) == la.N_SAMPLES and not once.missing
+    # with_epoch(61 // 2) counts batches per worker: 30 × 2 workers on each rank
+    assert split.checks[0].batch_counts.counts == (60, 60)
