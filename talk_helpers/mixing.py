@@ -334,6 +334,12 @@ def group_mixing(codes_in_order: np.ndarray, batch_size: int, codes_all: np.ndar
 # --- the report ---------------------------------------------------------------------------
 
 
+def _worst(scores: list[float]) -> float:
+    """The smallest score; NaN (not measurable) when any part could not be scored."""
+    scores = [float(s) for s in scores]
+    return min(scores) if all(math.isfinite(s) for s in scores) else float("nan")
+
+
 def _well_mixed(mixing: float, poor: bool | None) -> bool:
     return bool(math.isfinite(mixing) and mixing >= GOOD_MIXING)
 
@@ -342,6 +348,8 @@ def _verdict(mixing: float, poor: bool | None, chance: float | None) -> str:
     """'well mixed (mixing 0.93; uniform shuffle ≈ 1 ± 0.05 at this size, none = 0)'."""
     noise = (f" ± {chance:.2f} at this size" if chance is not None and math.isfinite(chance)
              else "")
+    if not math.isfinite(mixing):
+        return "mixing not measured: some part has no batch of 2 samples or one label only"
     scale = f"mixing {mixing:.2f}; uniform shuffle ≈ 1{noise}, none = 0"
     if _well_mixed(mixing, poor):
         return f"well mixed ({scale})"
@@ -382,7 +390,7 @@ class ShuffleReport:
     def mixing(self) -> float:
         """The judged mixing score (see the class docstring)."""
         if self.rank_scores is not None:
-            return float(min([*self.rank_scores, self.step_score]))
+            return _worst([*self.rank_scores, self.step_score])
         if self.group_scores is not None:
             return float(np.mean(self.group_scores))
         return float(self.block_score)
@@ -552,7 +560,7 @@ class StepMixing:
     @property
     def mixing(self) -> float:
         """The worst of every rank's micro-batches and the global step."""
-        return float(min([*self.rank_scores, self.step_score]))
+        return _worst([*self.rank_scores, self.step_score])
 
     @property
     def well_mixed(self) -> bool:

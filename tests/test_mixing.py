@@ -257,6 +257,14 @@ def test_batch_mixing_matches_the_report_and_block_counts_grow_with_pairs():
     assert block_counts(1, 100) == ()
 
 
+def test_a_rank_without_batches_is_not_measured_rather_than_well_mixed():
+    rng = np.random.default_rng(5)
+    epochs = [[[rng.permutation(400)[:8] for _ in range(20)], []] for _ in range(2)]
+    report = step_report(epochs)
+    assert np.isnan(report.mixing) and not report.well_mixed and not report.ok
+    assert "not measured" in repr(report)
+
+
 @pytest.mark.parametrize("bad, match", [
     ([[[[0, 1]]]], "at least 2 epochs"),
     ([[[[0, 1]], [[2, 3]]], [[[0, 1]]]], "same number of ranks"),
