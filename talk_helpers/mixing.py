@@ -69,6 +69,8 @@ STALE_ORDER = 0.5      # ... and consecutive epochs less alike than this (|Spear
 MIN_SAME_PAIRS = 30    # a block count is scored when a uniform shuffle puts this many
                        # same-block pairs in the batches (fewer would be mostly noise)
 MAX_BLOCKS = 64        # the finest storage blocks scored: 1/64 of the dataset each
+NULL_DRAWS = 32        # uniform shuffles drawn to measure a score's spread at this size
+CHANCE_SDS = 3.0       # "poorly mixed" (not "too few samples") beyond this many spreads
 
 
 # --- reading the arguments ---------------------------------------------------------------
@@ -182,10 +184,6 @@ def block_counts(n_distinct: int, pairs: float) -> tuple[int, ...]:
     return tuple(counts)
 
 
-NULL_DRAWS = 32        # uniform shuffles drawn to measure a score's spread at this size
-CHANCE_SDS = 3.0       # "poorly mixed" (not "too few samples") beyond this many spreads
-
-
 @dataclass(frozen=True)
 class _Measured:
     """A score, its value per block count, and how far chance alone moves it."""
@@ -193,7 +191,8 @@ class _Measured:
     score: float                   # smallest over the block counts, or the group score
     per_count: dict[int, float]    # block count -> score ({} for groups)
     chance: float                  # spread of a uniform shuffle's score at the worst count
-    poor: bool                     # below GOOD_MIXING by more than chance, at some count
+    poor: bool                     # below GOOD_MIXING with more same-label pairs than
+                                   # chance explains, at some block count
 
 
 def _null(key_base: np.ndarray, universe: np.ndarray, rng) -> tuple[float, float]:
