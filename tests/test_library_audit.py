@@ -179,3 +179,11 @@ def test_seed_webdataset_pattern_raises_under_ddp_and_with_a_node_splitter_rerea
     assert split.error is None and len(once.duplicates) == la.N_SAMPLES and not once.missing
     # with_epoch(61 // 2) counts batches per worker: 30 × 2 workers on each rank
     assert split.checks[0].batch_counts.counts == (60, 60)
+
+
+@pytest.mark.timeout(600)
+def test_litdata_in_a_plain_dataloader_repeats_its_order_every_epoch():
+    report = audit(functools.partial(la.make_litdata_loader, plain_dataloader=True),
+                   world_size=2, epochs=2, expected=la.N_SAMPLES, shuffle=True, timeout_s=500)
+    assert report.error is None, report
+    assert report.order_repeats and not any(report.order_changes[0])
