@@ -90,6 +90,9 @@ def _quiet() -> None:
 
     logging.getLogger("torchdata.stateful_dataloader.stateful_dataloader").setLevel(
         logging.ERROR)  # the fast-forward notice, printed by every rank
+    # litdata's drop_last=False warning, printed by every rank every epoch (notebook 10 shows
+    # it once, from the source)
+    logging.getLogger("litdata.streaming.dataset").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
     warnings.filterwarnings("ignore", message=".*shardshuffle.*")
     warnings.filterwarnings("ignore", message=".*Too many dataloader workers.*")
@@ -394,6 +397,8 @@ class LibraryRow:
         if rep.order_changes:
             changes = all(all(v) for v in rep.order_changes.values())
             order = (changes, "changes" if changes else "repeats")
+            if getattr(rep, "shuffle_expected", None) is False:
+                order = (None, order[1] + " (no shuffle asked)")
         else:
             order = (None, "—")
         mixing = (None, "—") if rep.shuffle is None else (None, f"{rep.shuffle.mixing:.2f}")

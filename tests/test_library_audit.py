@@ -187,3 +187,10 @@ def test_litdata_in_a_plain_dataloader_repeats_its_order_every_epoch():
                    world_size=2, epochs=2, expected=la.N_SAMPLES, shuffle=True, timeout_s=500)
     assert report.error is None, report
     assert report.order_repeats and not any(report.order_changes[0])
+
+
+def test_table_does_not_fault_an_unshuffled_loader_for_repeating_its_order():
+    report = in_process(functools.partial(_fixed, batches=[[[0, 1], [2]], [[3], [4]]]),
+                        expected=5, shuffle=False)
+    text = repr(la.AuditTable([la.LibraryRow("plain", report)]))
+    assert "repeats (no shuffle asked)" in text and "✘ repeats" not in text

@@ -12,4 +12,18 @@ shards = 5
 answer = run(functools.partial(la.make_wds_loader, sizes=la.SHARD_SIZES_MANY))
 answer   # exactly once: yes; batches per rank: 8 against 5, a hang under DDP
 """,
+    3: """
+my_causes = {"b", "c"}
+# The report: every sample once, but rank 0 takes 7 batches and rank 1 takes 6 (a hang at
+# step 7), and both ranks read the same order in both epochs.
+# The source: Hugging Face datasets with 6 shards, shuffle(seed=0) and set_epoch called
+# BEFORE split_dataset_by_node. The split returns a dataset that starts again at epoch 0,
+# so the shuffle never moves on (c); 61 rows in 6 shards give rank 0 31 rows and rank 1 30,
+# and each worker's partial batch makes it 7 against 6 (b).
+# Fix: set_epoch on the dataset after the split; balance the ranks yourself (drop or pad
+# to equal batches, or stop all ranks together, notebook 06).
+# The same audit from the shell:
+#   python -m talk_helpers.audit talk_helpers.library_audit:mystery_loader
+#       (with --world-size 2 --epochs 2 --expected 61 --shuffle)
+""",
 }
