@@ -81,8 +81,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/loader_throughput.py
 
 # Per-cell times under fork, forkserver and spawn -> benchmarks/results/notebook_times.md
+# (REPEAT=3: the median of three runs of each notebook, with the spread)
 bench-notebooks: $(STAMP)
-	$(BIN)/python benchmarks/notebook_times.py
+	$(BIN)/python benchmarks/notebook_times.py --repeat $(or $(REPEAT),1)
 
 clean:
 	rm -rf build $(VENV)

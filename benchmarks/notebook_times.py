@@ -12,8 +12,9 @@ time, and nothing is written back to the notebooks. Writes one table per start m
   forkserver.
 
 Times are wall-clock seconds from the kernel's own timestamps (execute_input to
-execute_reply) of one run on a machine that may be shared: the load average before and
-after each method is printed with its table.
+execute_reply). The machine may be shared: the load average when each notebook started is
+in its table. ``--repeat N`` runs every notebook N times in a row and reports each cell's
+median with its min-max spread; a cell is over target when its median is.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import os
 import platform
 import re
+import statistics
 import sys
 import time
 from datetime import datetime
@@ -92,6 +94,19 @@ def time_notebook(path: Path, method: str) -> tuple[list[dict], float]:
     return rows, wall
 
 
+def combine(runs: list[list[dict]]) -> list[dict]:
+    """One row per cell from several runs of a notebook: the median and the spread."""
+    rows = []
+    for cells in zip(*runs, strict=True):
+        times = [c["seconds"] for c in cells if c["seconds"] is not None]
+        row = dict(cells[0])
+        row["seconds"] = statistics.median(times) if times else None
+        row["spread"] = (min(times), max(times)) if len(times) > 1 else None
+        row["error"] = any(c["error"] for c in cells)
+        rows.append(row)
+    return rows
+
+
 def _first_line(source: str) -> str:
     for line in source.splitlines():
         line = line.strip()
@@ -122,7 +137,7 @@ def _load() -> str:
         return "?"
 
 
-def table(method: str, rows: list[dict], walls: dict[str, float], load_before: str,
+def table(method: str, rows: list[dict], walls: dict[str, float], loads: dict[str, str],
           load_after: str) -> str:
     total = sum(r["seconds"] or 0.0 for r in rows)
     over = [r for r in rows if r["seconds"] is None or r["seconds"] > r["target"]]
@@ -134,7 +149,7 @@ def table(method: str, rows: list[dict], walls: dict[str, float], load_before: s
         "",
         f"Sum of the cells **{total:.1f} s** ({verdict} the {target:g} s target); "
         f"notebooks with kernel start-up {sum(walls.values()):.1f} s; "
-        f"load average {load_before} before, {load_after} after.",
+        f"load average {next(iter(loads.values()), '?')} at the start, {load_after} at the end.",
         "",
     ]
     if over:
@@ -147,23 +162,26 @@ def table(method: str, rows: list[dict], walls: dict[str, float], load_before: s
         lines.append("")
         lines.append("Cells with an unexpected error: " + ", ".join(
             f"{r['notebook'][:2]} cell {r['cell']}" for r in errors) + ".")
-    lines += ["", "| notebook | total s | slowest cell | s |", "| --- | ---: | --- | ---: |"]
+    lines += ["", "| notebook | load at start | total s | slowest cell | s |",
+              "| --- | ---: | ---: | --- | ---: |"]
     for name in walls:
         nb_rows = [r for r in rows if r["notebook"] == name]
         slowest = max(nb_rows, key=lambda r: r["seconds"] or 0.0, default=None)
         if slowest is None:
             continue
-        lines.append(f"| {name} | {sum(r['seconds'] or 0.0 for r in nb_rows):.1f} | "
+        lines.append(f"| {name} | {loads.get(name, '?')} | "
+                     f"{sum(r['seconds'] or 0.0 for r in nb_rows):.1f} | "
                      f"{slowest['cell']}: `{slowest['first_line']}` | "
                      f"{slowest['seconds'] or 0.0:.1f} |")
     lines += ["", "<details><summary>Every code cell</summary>", "",
-              "| notebook | cell | first line | s | target s | |",
-              "| --- | ---: | --- | ---: | ---: | --- |"]
+              "| notebook | cell | first line | s | spread s | target s | |",
+              "| --- | ---: | --- | ---: | ---: | ---: | --- |"]
     for r in rows:
         seconds = _fmt(r["seconds"], 2)
+        spread = "" if not r.get("spread") else f"{r['spread'][0]:.2f}–{r['spread'][1]:.2f}"
         mark = "over" if r in over else ""
         code = r["first_line"].replace("|", "\\|")
-        lines.append(f"| {r['notebook'][:2]} | {r['cell']} | `{code}` | {seconds} | "
+        lines.append(f"| {r['notebook'][:2]} | {r['cell']} | `{code}` | {seconds} | {spread} | "
                      f"{r['target']:g}{' (' + r['why'] + ')' if r['why'] else ''} | {mark} |")
     lines += ["", "</details>", ""]
     return "\n".join(lines)
@@ -174,7 +192,11 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each notebook; each cell reports the median (default 1)")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, got {args.repeat}")
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     import torch
 
@@ -183,22 +205,29 @@ def main(argv: list[str] | None = None) -> str:
         "",
         f"`make bench-notebooks` on {platform.system()}, Python {platform.python_version()}, "
         f"torch {torch.__version__}, {os.cpu_count()} cores, {_commit()}, "
-        f"{datetime.now().astimezone():%Y-%m-%d %H:%M %Z}. One run per notebook and method; "
+        f"{datetime.now().astimezone():%Y-%m-%d %H:%M %Z}. "
+        f"{'One run' if args.repeat == 1 else f'Median of {args.repeat} runs'} per notebook "
+        "and method; "
         f"targets: a cell {CELL_TARGET_S:g} s (a cell tagged `timeout-lesson-N`: N + "
         f"{TIMEOUT_MARGIN_S:g} s), the collection "
         + ", ".join(f"{TOTAL_TARGET_S[m]:g} s under {m}" for m in METHODS) + ".",
         "",
     ]
     for method in args.methods:
-        load_before = _load()
-        rows, walls = [], {}
+        rows, walls, loads = [], {}, {}
         for path in paths:
-            nb_rows, wall = time_notebook(path, method)
+            loads[path.stem] = _load()
+            runs, run_walls = [], []
+            for _ in range(args.repeat):
+                nb_rows, wall = time_notebook(path, method)
+                runs.append(nb_rows)
+                run_walls.append(wall)
+            nb_rows = combine(runs)
             rows += nb_rows
-            walls[path.stem] = wall
+            walls[path.stem] = statistics.median(run_walls)
             print(f"{method:10s} {path.stem}: {sum(r['seconds'] or 0 for r in nb_rows):6.1f} s"
-                  f" (wall {wall:.1f} s)", file=sys.stderr, flush=True)
-        sections.append(table(method, rows, walls, load_before, _load()))
+                  f" (wall {walls[path.stem]:.1f} s)", file=sys.stderr, flush=True)
+        sections.append(table(method, rows, walls, loads, _load()))
     text = "\n".join(sections)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)
