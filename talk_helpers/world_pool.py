@@ -12,8 +12,10 @@ for the kernel's lifetime and gives each call what a fresh world would give it:
   new process (torch seeds itself randomly at start-up), and the environment restored;
 * **nothing left behind**: after every call each rank kills whatever processes it still
   has (DataLoader workers included) before the call returns;
-* **no reuse after trouble**: a call in which any rank failed, hung or died stops the
-  whole world (every rank's process tree); the next call starts a new one.
+* **no reuse after trouble**: a call in which a rank hung, died, or did not come back
+  clean (process group destroyed, workers stopped) within a second of raising stops the
+  whole world (every rank's process tree); the next call starts a new one. A rank that
+  raised and came back clean is like a new process for the next call, and is kept.
 
 Limits: module-level state that ``fn`` changes (a global, a patched function) stays for
 the next call, and a module edited on disk is not re-imported. Pass ``reuse=False`` to
@@ -39,6 +41,7 @@ from talk_helpers import distributed as d
 
 MAX_WARM_RANKS = 8  # rank processes kept across all warm worlds
 IDLE_GRACE_S = 5.0  # after every rank reported, how long each may take to clean up
+FAILED_IDLE_GRACE_S = 1.0  # the same after a call in which a rank raised
 
 _pool: dict[tuple[str, int], WarmWorld] = {}
 _lock = threading.Lock()
@@ -86,13 +89,14 @@ class WarmWorld:
             q.put(task)
         d._supervise(self.procs, self.handles, self.result_queue, watch,
                      started + timeout_s)
-        healthy = watch.stopped_by is None and all(o.ok for o in watch.outcomes.values())
-        if healthy:  # the call returns only once no rank has a process left
-            idle_deadline = time.monotonic() + IDLE_GRACE_S
+        healthy = False
+        if watch.stopped_by is None:  # every rank reported: wait until each is clean again
+            ok = all(o.ok for o in watch.outcomes.values())
+            idle_deadline = time.monotonic() + (IDLE_GRACE_S if ok else FAILED_IDLE_GRACE_S)
             while len(watch.idle) < self.world_size and time.monotonic() < idle_deadline \
                     and self.alive():
                 watch.drain(self.result_queue, wait=0.05)
-            healthy = len(watch.idle) == self.world_size
+            healthy = len(watch.idle) == self.world_size and self.alive()
         self.calls += 1
         report = watch.report(time.monotonic() - started, self.method, warm=self.calls > 1)
         return report, healthy

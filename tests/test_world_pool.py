@@ -117,11 +117,15 @@ def test_a_rank_that_dies_stops_the_warm_world_and_the_next_call_starts_a_new_on
     assert again.ok and not again.warm and set(again.results).isdisjoint(first)
 
 
-def test_a_rank_error_stops_the_warm_world():
-    d.run_world(d.all_reduce_sum, 2, **WARM)
+def test_ranks_that_raise_and_come_back_clean_are_kept_and_give_fresh_results():
+    first = d.run_world(d.process_id, 2, **WARM).results
     report = d.run_world(d.fail_on_rank, 2, args=(1, "boom"), **WARM)
     assert report.ranks[1].error == "ValueError: boom"
-    assert d.warm_worlds() == []
+    assert report.warm
+    again = d.run_world(d.process_id, 2, **WARM)
+    assert again.warm and again.results == first
+    fresh = d.run_world(d.all_reduce_sum, 2, start_method="fork", reuse=False)
+    assert d.run_world(d.all_reduce_sum, 2, **WARM).results == fresh.results
 
 
 def test_a_collective_timeout_reads_the_same_in_a_warm_world():
