@@ -36,7 +36,7 @@ spawn a new interpreter and ``import torch`` per rank, seconds. So under spawn t
 of a successful call are kept as a *warm world* for the next call with the same world
 size (``reuse=``, ``TALK_WARM_WORLD``; see :mod:`talk_helpers.world_pool`): still
 processes started with spawn, with a fresh process group and fresh DataLoader workers
-every call; any failure stops them all. ``report.how`` says which it was.
+every call; a rank that hangs or dies stops them all. ``report.how`` says which it was.
 
 Each rank runs with ``torch.set_num_threads(1)`` (ranks share a laptop's cores) and with
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
