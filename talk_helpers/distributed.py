@@ -33,7 +33,7 @@ What a world costs to start: fork a fraction of a second (the parent imports
 torch._dynamo once, which DistributedDataParallel would import in every rank); forkserver
 as little, because the server preloads torch (``start_method.FORKSERVER_PRELOAD``);
 spawn a new interpreter and ``import torch`` per rank, seconds. So under spawn the ranks
-of a successful call are kept as a *warm world* for the next call with the same world
+of a call are kept as a *warm world* for the next call with the same world
 size (``reuse=``, ``TALK_WARM_WORLD``; see :mod:`talk_helpers.world_pool`): still
 processes started with spawn, with a fresh process group and fresh DataLoader workers
 every call; a rank that hangs or dies stops them all. ``report.how`` says which it was.
