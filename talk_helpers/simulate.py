@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-POLICIES = ("round_robin", "contiguous", "modulo_samples", "nested_modulo")
+POLICIES = ("round_robin", "contiguous", "modulo_samples", "nested_modulo", "hf_datasets")
 """How samples reach a (rank, worker):
 
 - ``round_robin``: whole shards, rank r takes shards r, r+W, …; then worker w takes the
@@ -30,6 +30,11 @@ POLICIES = ("round_robin", "contiguous", "modulo_samples", "nested_modulo")
   ``i % (W * num_workers) == rank * num_workers + worker`` (shard sizes do not matter).
 - ``nested_modulo``: the talk's two-level modulo, ``i % W == rank and i % num_workers ==
   worker``; when gcd(W, num_workers) > 1 some workers get nothing.
+- ``hf_datasets``: ``datasets`` 5.2's ``split_dataset_by_node`` (strategy ``"auto"``) on a
+  ``to_iterable_dataset(num_shards)`` dataset. When the shard count divides by W it is
+  ``round_robin``. Otherwise every rank keeps *every* shard: worker w reads shards w,
+  w+num_workers, … and keeps one example in W of its own stream (position % W == rank), so
+  ranks differ by single examples, not by shards.
 """
 
 
@@ -84,6 +89,12 @@ def worker_streams(shard_sizes: Sequence[int], *, nodes: int, workers: int,
             ids = np.arange(total, dtype=np.int64)
             out.append([ids[ids % (nodes * n_streams) == rank * n_streams + w]
                         for w in range(n_streams)])
+        elif policy == "hf_datasets" and len(sizes) % nodes == 0:  # strategy "shards"
+            mine = list(range(rank, len(sizes), nodes))
+            out.append([concat(mine[w::n_streams]) for w in range(n_streams)])
+        elif policy == "hf_datasets":  # strategy "examples", applied inside each worker
+            everyone = range(len(sizes))
+            out.append([concat(everyone[w::n_streams])[rank::nodes] for w in range(n_streams)])
         elif policy == "nested_modulo":
             ids = np.arange(total, dtype=np.int64)
             on_rank = ids[ids % nodes == rank]

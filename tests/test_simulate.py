@@ -18,6 +18,8 @@ from talk_helpers.simulate import (
 from talk_helpers.toy.ddp import ShardedIds
 
 N_CONFIGS = 60
+TOY_POLICIES = [p for p in POLICIES if p != "hf_datasets"]  # ShardedIds implements these
+N_HF_LAYOUTS = 36
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
 
@@ -31,7 +33,7 @@ def _random_configs(n: int, seed: int = 2024):
             workers=rng.choice([0, 1, 2, 2, 3]),
             micro_batch_size=rng.randint(1, 5),
             drop_last=rng.random() < 0.5,
-            policy=rng.choice(POLICIES),
+            policy=rng.choice(TOY_POLICIES),
         )
 
 
@@ -135,3 +137,64 @@ def test_bad_arguments_get_clear_errors(kwargs, error, match):
     args = dict(shard_sizes=[3, 3], nodes=2, workers=1, micro_batch_size=2) | kwargs
     with pytest.raises(error, match=match):
         simulate(**args)
+
+
+def _hf_layouts(n: int, seed: int = 5):
+    rng = random.Random(seed)
+    for _ in range(n):
+        size = rng.randint(1, 40)
+        yield dict(dataset_size=size, num_shards=rng.randint(1, min(size, 9)),
+                   nodes=rng.randint(1, 4), workers=rng.choice([0, 1, 2, 3]),
+                   micro_batch_size=rng.randint(1, 6), drop_last=rng.random() < 0.5)
+
+
+def _real_hf_batches(layout, rank):
+    from datasets import Dataset
+    from datasets.distributed import split_dataset_by_node
+
+    shards = Dataset.from_dict({"id": list(range(layout["dataset_size"]))}) \
+        .to_iterable_dataset(num_shards=layout["num_shards"])
+    mine = split_dataset_by_node(shards, rank=rank, world_size=layout["nodes"])
+    loader = DataLoader(mine, batch_size=layout["micro_batch_size"],
+                        num_workers=layout["workers"], drop_last=layout["drop_last"],
+                        multiprocessing_context="fork" if layout["workers"] else None)
+    return [batch["id"].tolist() for batch in loader]
+
+
+def test_hf_policy_matches_real_split_dataset_by_node_for_any_shard_count():
+    import datasets
+
+    datasets.logging.set_verbosity_error()  # "too many workers" is expected in some layouts
+    torch.set_num_threads(1)
+    layouts = list(_hf_layouts(N_HF_LAYOUTS))
+    assert any(lay["num_shards"] % lay["nodes"] for lay in layouts)  # both strategies met
+    assert any(lay["num_shards"] % lay["nodes"] == 0 and lay["nodes"] > 1 for lay in layouts)
+    mismatches = []
+    for lay in layouts:
+        sim = simulate(shard_sizes_for(lay["dataset_size"], lay["num_shards"]),
+                       nodes=lay["nodes"], workers=lay["workers"],
+                       micro_batch_size=lay["micro_batch_size"], drop_last=lay["drop_last"],
+                       policy="hf_datasets")
+        for rank in range(lay["nodes"]):
+            real = _real_hf_batches(lay, rank)
+            if real != [b.tolist() for b in sim.batches[rank]]:
+                mismatches.append((lay, rank, real, sim.batches[rank]))
+    assert not mismatches, mismatches[:2]
+
+
+def test_hf_policy_keeps_every_shard_on_every_rank_when_shards_do_not_divide():
+    sim = simulate([16, 15, 15, 15], nodes=3, workers=2, micro_batch_size=4,
+                   policy="hf_datasets")
+    shard_of = sim.placement()["shard"]
+    for rank in range(3):
+        ids = np.concatenate(sim.worker_samples[rank])
+        assert set(shard_of[ids].tolist()) == {0, 1, 2, 3}
+    assert sim.samples_per_rank == [21, 20, 20]
+
+
+def test_hf_policy_is_round_robin_when_shards_divide_by_world_size():
+    kwargs = dict(nodes=2, workers=2, micro_batch_size=3)
+    hf = simulate([5, 4, 4, 4], policy="hf_datasets", **kwargs)
+    rr = simulate([5, 4, 4, 4], policy="round_robin", **kwargs)
+    assert [[b.tolist() for b in r] for r in hf.batches] == \
+        [[b.tolist() for b in r] for r in rr.batches]
