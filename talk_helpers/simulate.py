@@ -118,32 +118,43 @@ def shard_sizes_for(dataset_size: int, num_shards: int) -> list[int]:
 
 @dataclass(frozen=True)
 class RuleCheck:
-    """Seed 000's rule: ``remainder < shards_per_worker < micro_batch_size``."""
+    """Seed 000's rule: ``remainder < shards_per_worker < micro_batch_size``; with
+    ``drop_last`` only ``shards_per_worker < micro_batch_size`` (partial batches are dropped,
+    so the remainder no longer matters)."""
 
     remainder: int
     shards_per_worker: float
     micro_batch_size: int
+    drop_last: bool = False
 
     @property
     def holds(self) -> bool:
+        if self.drop_last:
+            return self.shards_per_worker < self.micro_batch_size
         return self.remainder < self.shards_per_worker < self.micro_batch_size
 
     def __repr__(self) -> str:
         mark = "✔ holds" if self.holds else "✘ broken"
+        if self.drop_last:
+            return (f"rule (drop_last) {mark}: shards_per_worker {self.shards_per_worker:g} "
+                    f"< micro_batch_size {self.micro_batch_size}")
         return (f"rule {mark}: remainder {self.remainder} < shards_per_worker "
                 f"{self.shards_per_worker:g} < micro_batch_size {self.micro_batch_size}")
 
 
 def seed000_rule(dataset_size: int, num_shards: int, *, nodes: int, workers: int,
-                 micro_batch_size: int) -> RuleCheck:
-    """Evaluate seed 000's rule of thumb for choosing the number of shards."""
+                 micro_batch_size: int, drop_last: bool = False) -> RuleCheck:
+    """Evaluate seed 000's rule of thumb for choosing the number of shards (its
+    ``drop_last=True`` variant keeps only the second inequality)."""
     _check_int("dataset_size", dataset_size, 1)
     _check_int("num_shards", num_shards, 1)
     _check_int("nodes", nodes, 1)
     _check_int("workers", workers, 1)
     _check_int("micro_batch_size", micro_batch_size, 1)
+    if not isinstance(drop_last, bool | np.bool_):
+        raise TypeError(f"drop_last must be True or False, got {drop_last!r}")
     return RuleCheck(dataset_size % num_shards, num_shards / (nodes * workers),
-                     micro_batch_size)
+                     micro_batch_size, bool(drop_last))
 
 
 def seed001_rule(shard_sizes: Sequence[int], *, nodes: int, workers: int) -> bool:
@@ -200,6 +211,20 @@ class Simulation:
         """True when every rank gets the same number of batches (DDP steps in lockstep)."""
         return len(set(self.batches_per_rank)) == 1
 
+    def compare(self, real_batches) -> "SimulationCheck":
+        """Compare the prediction with what real ranks received: ``real_batches[rank]`` is
+        the list of batches (id sequences) one rank iterated, e.g. ``report.epochs[0]``."""
+        if len(real_batches) != self.nodes:
+            raise ValueError(f"real_batches must hold one list per rank ({self.nodes}), "
+                             f"got {len(real_batches)}")
+        real = [[[int(i) for i in np.asarray(b).reshape(-1)] for b in rank]
+                for rank in real_batches]
+        predicted = [[b.tolist() for b in rank] for rank in self.batches]
+        return SimulationCheck(predicted_batches=self.batches_per_rank,
+                               real_batches=[len(r) for r in real],
+                               real_samples=[sum(len(b) for b in r) for r in real],
+                               same_ids=[p == r for p, r in zip(predicted, real, strict=True)])
+
     def placement(self) -> dict[str, np.ndarray]:
         """One row per sample id: its shard, rank, worker and batch index on the rank
         (-1 for rank, worker and batch when the sample is dropped)."""
@@ -255,6 +280,28 @@ class Simulation:
                 f"<th>samples</th><th>batches per worker</th></tr>{rows}</table>"
                 f"<p style='color:{colour};font-weight:bold'>{html.escape(self.verdict)}</p>"
                 "</div>")
+
+
+@dataclass(frozen=True)
+class SimulationCheck:
+    """The simulator against a real run: batch counts and every batch's ids, per rank."""
+
+    predicted_batches: list[int]
+    real_batches: list[int]
+    real_samples: list[int]
+    same_ids: list[bool]
+
+    @property
+    def ok(self) -> bool:
+        return all(self.same_ids) and self.predicted_batches == self.real_batches
+
+    def __repr__(self) -> str:
+        if self.ok:
+            return (f"✔ the simulator predicted every batch of every rank: batches per rank "
+                    f"{self.real_batches}, samples per rank {self.real_samples}")
+        wrong = [r for r, same in enumerate(self.same_ids) if not same]
+        return (f"✘ the simulator is wrong on rank(s) {', '.join(map(str, wrong))}: predicted "
+                f"batches {self.predicted_batches}, real {self.real_batches}")
 
 
 def _dataloader_batches(streams: list[np.ndarray], batch_size: int,

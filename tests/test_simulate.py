@@ -198,3 +198,22 @@ def test_hf_policy_is_round_robin_when_shards_divide_by_world_size():
     rr = simulate([5, 4, 4, 4], policy="round_robin", **kwargs)
     assert [[b.tolist() for b in r] for r in hf.batches] == \
         [[b.tolist() for b in r] for r in rr.batches]
+
+
+def test_seed000_rule_with_drop_last_keeps_only_shards_per_worker_below_micro_batch():
+    # remainder 3 is not < 2 shards per worker: broken without drop_last, fine with it
+    assert not seed000_rule(35, 8, nodes=2, workers=2, micro_batch_size=4).holds
+    assert seed000_rule(35, 8, nodes=2, workers=2, micro_batch_size=4, drop_last=True).holds
+    assert not seed000_rule(35, 8, nodes=1, workers=1, micro_batch_size=4,
+                            drop_last=True).holds
+
+
+def test_compare_confirms_a_matching_run_and_names_the_rank_that_differs():
+    sim = simulate([4, 6, 8, 6], nodes=2, workers=2, micro_batch_size=4)
+    real = [[b.tolist() for b in rank] for rank in sim.batches]
+    assert sim.compare(real).ok
+    assert sim.compare(real).real_samples == [12, 12]
+    real[1] = real[1][:-1]
+    check = sim.compare(real)
+    assert not check.ok and check.same_ids == [True, False]
+    assert "rank(s) 1" in repr(check)
