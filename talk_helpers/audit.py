@@ -312,7 +312,7 @@ class AuditReport:
             if self.order_repeats:
                 out.append((order_mark, "order repeats"))
             if self.poorly_mixed:
-                out.append((order_mark, "poorly mixed"))
+                out.append((order_mark, self._mixing_problem()))
             if self.shuffle_expected and self.n_epochs < 2:
                 out.append(("✘", "order not judged: shuffle=True needs epochs ≥ 2"))
         idle = max((c for c in self.checks), key=lambda c: len(c.idle_workers), default=None)
@@ -323,6 +323,13 @@ class AuditReport:
         if notes:
             out.append(("·", notes[0]))
         return out
+
+    def _mixing_problem(self) -> str:
+        if getattr(self.shuffle, "too_few_samples", False):
+            return "mixing unproven"
+        if not np.isfinite(self.shuffle.mixing):
+            return "mixing not measured"
+        return "poorly mixed"
 
     @property
     def status(self) -> str:

@@ -377,3 +377,19 @@ def test_the_mystery_loader_reads_each_id_once_per_worker_of_its_rank():
     once = report.checks[0].exactly_once
     assert once.missing_count == 0 and set(once.duplicates.values()) == {3}
     assert report.checks[0].worker_samples == [[12, 12, 12], [12, 12, 12]]
+
+
+def shard_local_shuffle(rank, world_size, epoch, n=96, batch_size=4):
+    """Each rank shuffles its own contiguous block: the global step looks mixed, a rank's
+    micro-batches never are."""
+    block = np.arange(rank * n // world_size, (rank + 1) * n // world_size)
+    order = np.random.default_rng([rank, epoch]).permutation(block)
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def test_a_shard_local_shuffle_is_not_well_mixed_for_a_loader_meant_to_shuffle():
+    report = audit(shard_local_shuffle, world_size=2, epochs=2, expected=96, in_process=True,
+                   shuffle=True)
+    assert all(all(c) for c in report.order_changes.values())
+    assert report.poorly_mixed and not report.ok
+    assert "✘ poorly mixed" in repr(report).splitlines()[0]
