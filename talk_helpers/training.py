@@ -6,6 +6,7 @@ the sample ids it trained on. ``train_naive`` is the loop that hangs when ranks 
 unequal batch counts; the others are its fixes (and one broken fix).
 """
 
+import copy
 import itertools
 import os
 import time
@@ -24,6 +25,7 @@ __all__ = [
     "train_naive",
     "train_fixed_steps",
     "train_with_join",
+    "train_with_join_gradients",
     "train_with_join_and_logging",
     "train_with_join_throwing",
     "train_until_any_exhausted",
@@ -100,6 +102,26 @@ def train_with_join(rank: int, world_size: int, loader_kwargs: dict) -> dict:
             steps += 1
     weight = round(float(model.module.weight.detach()), 6)
     return {"steps": steps, "ids": seen, "weight": weight}
+
+
+def train_with_join_gradients(rank: int, world_size: int, loader_kwargs: dict) -> dict:
+    """``model.join()`` again, recording per step the weight gradient this rank's batch
+    alone gives (a plain copy of the model) next to the one DDP applies (the all-reduced
+    average). A rank that has run out shadows with zeros, and DDP still divides by the
+    whole world, so a step that only some ranks take gets a smaller gradient."""
+    loader = _started(make_sharded_loader(rank, world_size, 0, **loader_kwargs))
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    steps = []
+    with model.join():
+        for batch in loader:
+            report_progress(f"step {len(steps) + 1}")
+            alone = copy.deepcopy(model.module)
+            alone(batch.float().unsqueeze(1) / 100).pow(2).mean().backward()
+            _step(model, optimizer, batch)
+            steps.append((round(float(alone.weight.grad), 6),
+                          round(float(model.module.weight.grad), 6)))
+    return {"steps": len(steps), "grad_alone_vs_ddp": steps}
 
 
 def train_with_join_and_logging(rank: int, world_size: int, loader_kwargs: dict) -> dict:

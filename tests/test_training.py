@@ -62,3 +62,21 @@ def test_join_does_not_cover_a_collective_of_your_own():
                        **(WORLD | dict(collective_timeout_s=10)))
     assert not report.ok
     assert [r.last_progress for r in report.ranks] == ["step 3", "step 2"]
+
+
+def test_join_step_taken_by_one_rank_gets_its_gradient_divided_by_the_world():
+    report = run_world(training.train_with_join_gradients, 2, args=(UNEVEN,), **WORLD)
+    assert report.ok, report
+    long_rank = max(report.results, key=lambda r: r["steps"])
+    short_steps = min(r["steps"] for r in report.results)
+    for alone, ddp in long_rank["grad_alone_vs_ddp"][short_steps:]:
+        assert ddp == pytest.approx(alone / 2, abs=1e-6)
+
+
+def test_epochless_training_reads_the_shorter_ranks_samples_more_often():
+    from collections import Counter
+
+    report = run_world(training.train_fixed_steps, 2, args=(UNEVEN, 6, None), **WORLD)
+    assert report.ok, report
+    reads = [set(Counter(r["ids"]).values()) for r in report.results]
+    assert reads == [{2}, {3}]

@@ -1,0 +1,157 @@
+"""Tools for a hang you did not predict, each run on a real bounded hang (notebook 06).
+
+Every function runs inside the ranks of ``run_world``: rank 0 waits in a collective that
+rank 1 never joins (rank 1 is "saving a checkpoint" for ``hold_s`` seconds). Rank 0 catches
+the error its tool raises and returns the message, so the notebook shows what a stuck
+job would print:
+
+- :func:`plain_timeout`: gloo's own timeout message, nothing more.
+- :func:`with_debug_detail`: the same hang with ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, which
+  wraps a process group so that every collective is first checked across ranks.
+- :func:`with_monitored_barrier`: ``dist.monitored_barrier`` names the rank that never came.
+- :func:`with_py_spy`: rank 1 runs ``py-spy dump`` on rank 0 while it waits.
+"""
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["plain_timeout", "with_debug_detail", "with_monitored_barrier", "with_py_spy",
+           "stack_frames"]
+
+
+def _check_hold(hold_s: float, wait_s: float) -> None:
+    for name, value in (("hold_s", hold_s), ("wait_s", wait_s)):
+        if not isinstance(value, int | float) or not 0 < value <= 60:
+            raise ValueError(f"{name} must be a number of seconds in (0, 60], got {value!r}")
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Keep gloo's C++ log lines (timestamped, on file descriptor 2) out of the notebook:
+    the message they repeat is returned instead."""
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The part of an error a person reads first: its first non-empty line, with gloo's
+    source path shortened to the file name."""
+    text = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    return re.sub(r"\[[^\]]*/([^/\]]+:\d+)\]", r"[\1]", text)
+
+
+def plain_timeout(rank: int, world_size: int, hold_s: float = 3.0, wait_s: float = 1.5) -> str:
+    """Rank 0 all-reduces on a group with a ``wait_s`` timeout; rank 1 never joins."""
+    _check_hold(hold_s, wait_s)
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s))
+    if rank != 0:
+        time.sleep(hold_s)
+        return "held"
+    try:
+        with _quiet_stderr():
+            dist.all_reduce(torch.ones(1), group=group)
+    except RuntimeError as exc:
+        return _first_line(exc)
+    return "✘ the all-reduce finished: nothing hung"
+
+
+def with_debug_detail(rank: int, world_size: int, hold_s: float = 3.0,
+                      wait_s: float = 1.5) -> str:
+    """The same hang on a group made with ``TORCH_DISTRIBUTED_DEBUG=DETAIL``: torch wraps
+    the group and checks every collective across ranks (a monitored barrier, then a
+    comparison of op type and tensor shapes) before running it."""
+    _check_hold(hold_s, wait_s)
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    dist.set_debug_level_from_env()
+    try:
+        group = dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s))
+    finally:
+        os.environ.pop("TORCH_DISTRIBUTED_DEBUG")
+        dist.set_debug_level_from_env()
+    if rank != 0:
+        time.sleep(hold_s)
+        return "held"
+    try:
+        with _quiet_stderr():
+            dist.all_reduce(torch.ones(1), group=group)
+    except RuntimeError as exc:
+        return _first_line(exc)
+    return "✘ the all-reduce finished: nothing hung"
+
+
+def with_monitored_barrier(rank: int, world_size: int, hold_s: float = 3.0,
+                           wait_s: float = 1.5) -> str:
+    """``dist.monitored_barrier``: rank 0 waits at most ``wait_s`` and names who is missing."""
+    _check_hold(hold_s, wait_s)
+    if rank != 0:
+        time.sleep(hold_s)
+        return "held"
+    try:
+        with _quiet_stderr():
+            dist.monitored_barrier(timeout=timedelta(seconds=wait_s))
+    except RuntimeError as exc:
+        return _first_line(exc)
+    return "✘ every rank arrived: nothing hung"
+
+
+def with_py_spy(rank: int, world_size: int, hold_s: float = 3.0, wait_s: float = 2.5) -> str:
+    """Rank 0 waits in an all-reduce; rank 1 runs ``py-spy dump`` on rank 0's process and
+    returns the frames of its main thread (innermost first), or why it could not."""
+    _check_hold(hold_s, wait_s)
+    pids = [None] * world_size
+    dist.all_gather_object(pids, os.getpid())
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s))
+    if rank == 0:
+        try:
+            with _quiet_stderr():
+                dist.all_reduce(torch.ones(1), group=group)
+        except RuntimeError as exc:
+            return _first_line(exc)
+        return "✘ the all-reduce finished: nothing hung"
+    time.sleep(0.5)  # let rank 0 get into its all-reduce
+    py_spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(py_spy):
+        return "py-spy is not installed (pip install py-spy)"
+    run = subprocess.run([py_spy, "dump", "--pid", str(pids[0])], capture_output=True,
+                         text=True, timeout=20)
+    time.sleep(max(0.0, hold_s - 0.5))
+    if run.returncode != 0:
+        return f"py-spy could not attach: {run.stderr.strip() or run.stdout.strip()}"
+    return "\n".join(stack_frames(run.stdout))
+
+
+def stack_frames(dump: str, stop_at: str = "talk_helpers") -> list[str]:
+    """The main thread's frames from ``py-spy dump`` output as ``function (file:line)``,
+    innermost first, up to and including the first frame from ``stop_at`` (the code that
+    called the collective); paths shortened to the package-relative file."""
+    frames, in_main = [], False
+    for line in dump.splitlines():
+        if line.startswith("Thread "):
+            if in_main:
+                break
+            in_main = "MainThread" in line or not frames
+            continue
+        match = re.match(r"\s+(\S+) \((.+):(\d+)\)$", line)
+        if in_main and match:
+            func, path, lineno = match.groups()
+            short = re.sub(r".*/site-packages/", "", path)
+            short = re.sub(r".*/(talk_helpers/)", r"\1", short)
+            frames.append(f"{func} ({short}:{lineno})")
+            if stop_at in path:
+                break
+    return frames
