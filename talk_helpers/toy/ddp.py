@@ -225,3 +225,12 @@ def make_mystery_loader(rank: int, world_size: int, epoch: int, *, size: int = 2
     """A loader with one sharding bug, to diagnose with ``audit`` (notebook 05)."""
     return DataLoader(RankShardedOnly(size, rank, world_size), batch_size=batch_size,
                       num_workers=workers)
+
+
+def make_uneven_mystery_loader(rank: int, world_size: int, epoch: int, *,
+                               shard_sizes=(4, 3, 4, 5), workers: int = 2,
+                               batch_size: int = 4) -> DataLoader:
+    """A loader to diagnose with ``audit`` (notebook 06): whole shards per rank and worker,
+    the same samples on every rank, and yet not the same batches."""
+    return make_sharded_loader(rank, world_size, epoch, shard_sizes=list(shard_sizes),
+                               workers=workers, batch_size=batch_size)
