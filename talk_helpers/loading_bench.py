@@ -2,7 +2,7 @@
 
 - :func:`make_loader` builds one row of the benchmark ("map", "iterable", "batched",
   "reference", "hf", "wds") over the token memmap of :mod:`talk_helpers.toy.fast`;
-- :func:`measure_throughput` iterates a loader with a tqdm bar and returns samples/s;
+- :func:`measure_throughput` iterates a loader with a progress bar and returns samples/s;
 - :func:`measure_ceiling` is the same read and the same work in one process, no DataLoader;
 - :func:`time_training_loop` splits a training loop into data time and step time;
 - :func:`epoch_start_times` measures how long each epoch waits for its first batch;
@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
-from tqdm.auto import tqdm
+from tqdm.std import tqdm
 
+from talk_helpers.progress import progress as progress_bar
 from talk_helpers.toy.fast import (
     TokenBatchedIterableDataset,
     TokenIterableDataset,
@@ -131,8 +132,8 @@ def measure_throughput(loader: Iterable, *, label: str = "", max_samples: int | 
     first_batch_s = 0.0
     steady_start = None
     start = time.perf_counter()
-    with tqdm(total=max_samples, desc=label or "loading", unit="samples", leave=False,
-              disable=not progress, mininterval=0.5) as bar:
+    with progress_bar(total=max_samples, desc=label or "loading", unit="samples",
+                      disable=not progress) as bar:
         iterator = iter(loader)
         for batch in iterator:
             now = time.perf_counter()
@@ -162,8 +163,7 @@ def measure_ceiling(path, *, work: int = 1, max_samples: int | None = None,
     n = len(tokens) if max_samples is None else min(max_samples, len(tokens))
     samples = 0
     start = time.perf_counter()
-    with tqdm(total=n, desc="ceiling", unit="samples", leave=False, disable=not progress,
-              mininterval=0.5) as bar:
+    with progress_bar(total=n, desc="ceiling", unit="samples", disable=not progress) as bar:
         for block_start in range(0, n, 1024):
             block = np.asarray(tokens[block_start:min(block_start + 1024, n)])
             for row in range(len(block)):
@@ -357,8 +357,7 @@ def time_training_loop(loader: Iterable, step: Callable, *, max_steps: int,
     """Run ``step`` on up to ``max_steps`` batches; time the wait for each batch and each step."""
     timing = LoopTiming()
     iterator = iter(loader)
-    with tqdm(total=max_steps, desc=desc, unit="step", leave=False, disable=not progress,
-              mininterval=0.5) as bar:
+    with progress_bar(total=max_steps, desc=desc, unit="step", disable=not progress) as bar:
         for _ in range(max_steps):
             t0 = time.perf_counter()
             try:
