@@ -132,26 +132,31 @@ def with_py_spy(rank: int, world_size: int, hold_s: float = 3.0, wait_s: float =
     time.sleep(max(0.0, hold_s - 0.5))
     if run.returncode != 0:
         return f"py-spy could not attach: {run.stderr.strip() or run.stdout.strip()}"
-    return "\n".join(stack_frames(run.stdout))
+    frames = stack_frames(run.stdout)
+    if not frames:
+        return "py-spy attached, but no thread was in talk_helpers code:\n" + run.stdout[:600]
+    return "\n".join(frames)
 
 
 def stack_frames(dump: str, stop_at: str = "talk_helpers") -> list[str]:
-    """The main thread's frames from ``py-spy dump`` output as ``function (file:line)``,
-    innermost first, up to and including the first frame from ``stop_at`` (the code that
-    called the collective); paths shortened to the package-relative file."""
-    frames, in_main = [], False
+    """The frames of the thread that is running ``stop_at`` code (the code that called the
+    collective; under a notebook that need not be the process's main thread) from
+    ``py-spy dump`` output, as ``function (file:line)``, innermost first, up to and
+    including the first ``stop_at`` frame; paths shortened to the package-relative file."""
+    threads: list[list[tuple[str, str]]] = []
     for line in dump.splitlines():
         if line.startswith("Thread "):
-            if in_main:
-                break
-            in_main = "MainThread" in line or not frames
+            threads.append([])
             continue
         match = re.match(r"\s+(\S+) \((.+):(\d+)\)$", line)
-        if in_main and match:
+        if match and threads:
             func, path, lineno = match.groups()
             short = re.sub(r".*/site-packages/", "", path)
             short = re.sub(r".*/(talk_helpers/)", r"\1", short)
-            frames.append(f"{func} ({short}:{lineno})")
-            if stop_at in path:
-                break
-    return frames
+            threads[-1].append((f"{func} ({short}:{lineno})", path))
+    for frames in threads:
+        names = [name for name, _ in frames]
+        hits = [i for i, (_, path) in enumerate(frames) if stop_at in path]
+        if hits:
+            return names[:hits[0] + 1]
+    return []

@@ -44,3 +44,14 @@ def test_debug_detail_turns_the_silent_wait_into_a_named_missing_rank():
                        timeout_s=120, collective_timeout_s=10, start_method="fork")
     assert report.ok, report
     assert "Ranks 1 failed to pass monitoredBarrier" in report.results[0]
+
+
+def test_stack_frames_find_the_calling_thread_even_when_it_is_not_the_main_one():
+    dump = DUMP.replace('"MainThread"', '"Thread-3 (run_cell)"').replace(
+        'Thread 4242 (idle)', 'Thread 4200 (idle): "MainThread"\n    select (selectors.py:468)\n'
+        'Thread 4242 (idle)')
+    assert hang_debug.stack_frames(dump)[-1] == "with_py_spy (talk_helpers/hang_debug.py:122)"
+
+
+def test_stack_frames_of_a_dump_without_the_caller_are_empty():
+    assert hang_debug.stack_frames("Thread 1 (idle): \"MainThread\"\n    f (a.py:1)\n") == []
