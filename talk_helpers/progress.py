@@ -43,7 +43,8 @@ class _NotebookBar:
             self.handle.update({"text/plain": self._frame()}, raw=True)
 
     def close(self) -> None:
-        self.handle.update({"text/plain": f"✔ {self.desc}: {self.n:,} {self.unit}"}, raw=True)
+        unit = self.unit if self.n == 1 or self.unit.endswith("s") else f"{self.unit}s"
+        self.handle.update({"text/plain": f"✔ {self.desc}: {self.n:,} {unit}"}, raw=True)
 
 
 def _in_notebook() -> bool:
