@@ -104,16 +104,18 @@ def train_with_join(rank: int, world_size: int, loader_kwargs: dict) -> dict:
     return {"steps": steps, "ids": seen, "weight": weight}
 
 
-def train_with_join_gradients(rank: int, world_size: int, loader_kwargs: dict) -> dict:
+def train_with_join_gradients(rank: int, world_size: int, loader_kwargs: dict,
+                              divide_by_initial_world_size: bool = True) -> dict:
     """``model.join()`` again, recording per step the weight gradient this rank's batch
     alone gives (a plain copy of the model) next to the one DDP applies (the all-reduced
     average). A rank that has run out shadows with zeros, and DDP still divides by the
-    whole world, so a step that only some ranks take gets a smaller gradient."""
+    whole world, so a step that only some ranks take gets a smaller gradient; with
+    ``divide_by_initial_world_size=False`` DDP divides by the ranks still training."""
     loader = _started(make_sharded_loader(rank, world_size, 0, **loader_kwargs))
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     steps = []
-    with model.join():
+    with model.join(divide_by_initial_world_size=divide_by_initial_world_size):
         for batch in loader:
             report_progress(f"step {len(steps) + 1}")
             alone = copy.deepcopy(model.module)

@@ -80,3 +80,11 @@ def test_epochless_training_reads_the_shorter_ranks_samples_more_often():
     assert report.ok, report
     reads = [set(Counter(r["ids"]).values()) for r in report.results]
     assert reads == [{2}, {3}]
+
+
+def test_join_dividing_by_the_ranks_still_training_keeps_the_lone_steps_full_gradient():
+    report = run_world(training.train_with_join_gradients, 2, args=(UNEVEN, False), **WORLD)
+    assert report.ok, report
+    long_rank = max(report.results, key=lambda r: r["steps"])
+    alone, ddp = long_rank["grad_alone_vs_ddp"][-1]
+    assert ddp == pytest.approx(alone, abs=1e-6)
