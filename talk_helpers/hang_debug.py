@@ -127,8 +127,11 @@ def with_py_spy(rank: int, world_size: int, hold_s: float = 3.0, wait_s: float =
     py_spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
     if not os.path.exists(py_spy):
         return "py-spy is not installed (pip install py-spy)"
+    env = dict(os.environ, NO_COLOR="1")
+    env.pop("FORCE_COLOR", None)
+    env.pop("CLICOLOR_FORCE", None)
     run = subprocess.run([py_spy, "dump", "--pid", str(pids[0])], capture_output=True,
-                         text=True, timeout=20)
+                         text=True, timeout=20, env=env)
     time.sleep(max(0.0, hold_s - 0.5))
     if run.returncode != 0:
         return f"py-spy could not attach: {run.stderr.strip() or run.stdout.strip()}"
@@ -144,6 +147,7 @@ def stack_frames(dump: str, stop_at: str = "talk_helpers") -> list[str]:
     ``py-spy dump`` output, as ``function (file:line)``, innermost first, up to and
     including the first ``stop_at`` frame; paths shortened to the package-relative file."""
     threads: list[list[tuple[str, str]]] = []
+    dump = re.sub(r"\x1b\[[0-9;]*m", "", dump)  # py-spy colours its output when asked to
     for line in dump.splitlines():
         if line.startswith("Thread "):
             threads.append([])

@@ -55,3 +55,8 @@ def test_stack_frames_find_the_calling_thread_even_when_it_is_not_the_main_one()
 
 def test_stack_frames_of_a_dump_without_the_caller_are_empty():
     assert hang_debug.stack_frames("Thread 1 (idle): \"MainThread\"\n    f (a.py:1)\n") == []
+
+
+def test_stack_frames_read_through_colour_codes():
+    coloured = DUMP.replace("all_reduce", "\x1b[32mall_reduce\x1b[0m")
+    assert hang_debug.stack_frames(coloured) == hang_debug.stack_frames(DUMP)
