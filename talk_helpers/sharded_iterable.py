@@ -23,6 +23,9 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
 * ``transform(item, rng)`` gets a ``torch.Generator`` private to (rank, worker, epoch);
   a worker's ``state_dict`` saves it, so a StatefulDataLoader resume repeats the same
   augmentations (a plain-DataLoader resume deals the rest afresh, with fresh draws);
+* with :meth:`from_shards`, each window of ``window`` shards (in the epoch's shard order)
+  is shuffled as one pool, so a micro-batch draws from several shards while a worker
+  holds at most ``window`` shards in memory and reads each shard sequentially once;
 * mid-epoch resume, exactly once, in fresh processes:
 
   - with ``torchdata.stateful_dataloader.StatefulDataLoader``: save and load the loader's
@@ -32,6 +35,13 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
     way, call ``ds.load_state_dict(saved)`` before ``iter(loader)``; the resume point holds
     until ``set_epoch`` moves to another epoch. Requires the DataLoader
     to pass items through unchanged (``batch_size=None``); ``num_workers`` may differ.
+  - elastic: when every rank took the same ``k`` batches, ``checkpoint(k)`` from any rank
+    loads on any rank of a world of any size. The new world deals the samples nobody
+    read yet (in epoch order) into equal blocks, so the epoch is read exactly once except
+    fewer than ``W1`` dropped by the old world and fewer than ``W2`` dropped or padded by
+    the new one. The next epoch is the new world's normal one.
+
+The module needs only torch and numpy: copy it into your project.
 """
 
 from __future__ import annotations
@@ -46,7 +56,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
 POLICIES = ("drop", "pad")
-STATE_VERSION = 1
+STATE_VERSION = 2
+DEFAULT_WINDOW = 4  # shards shuffled together (16 × 64 ids, batch 8: ≈ 3 shards per batch)
 
 
 class ShardedIterableDataset(IterableDataset):
@@ -68,6 +79,7 @@ class ShardedIterableDataset(IterableDataset):
             self._shards = [_Shard(int(source), None, None)]
         else:
             self._shards = [_Shard(len(source), source, None)]
+        self.window = None  # one flat source: the whole epoch is one shuffled pool
         self._init(batch_size=batch_size, shuffle=shuffle, seed=seed, policy=policy,
                    transform=transform, rank=rank, world_size=world_size,
                    collate_fn=collate_fn, global_shuffle=True)
@@ -80,8 +92,11 @@ class ShardedIterableDataset(IterableDataset):
         path → array); without ``load`` a shard is its own samples (``range(0, 130)``).
 
         ``lengths`` (one per shard) saves loading every shard up front to count it. The
-        epoch order shuffles the shard order, then the samples inside each shard, so a
-        worker reads few shards at a time; global sample ids number the shards in order.
+        epoch order shuffles the shard order, then cuts it into windows of ``window``
+        shards and shuffles the samples of each window together: a worker holds at most
+        ``window`` shards (memory) and reads each once (sequential reads), and a
+        micro-batch mixes up to ``window`` shards (``window=1``: one shard at a time).
+        Global sample ids number the shards in order.
         """
         shards = list(shards)
         if lengths is None:
@@ -95,6 +110,11 @@ class ShardedIterableDataset(IterableDataset):
         self = cls.__new__(cls)
         self._shards = [_Shard(n, s, load) for n, s in zip(lengths, shards, strict=True)]
         kwargs.setdefault("collate_fn", default_collate)
+        window = kwargs.pop("window", DEFAULT_WINDOW)
+        if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+            raise ValueError("window must be an int ≥ 1 (shards shuffled together), "
+                             f"got {window!r}")
+        self.window = int(window)
         self._init(global_shuffle=False, **{
             "batch_size": None, "shuffle": True, "seed": 0, "policy": "drop",
             "transform": None, "rank": None, "world_size": None, **kwargs})
@@ -109,6 +129,8 @@ class ShardedIterableDataset(IterableDataset):
             raise ValueError(f"epoch must be ≥ 0, got {epoch}")
         if self._pending is not None and self._pending["epoch"] != epoch:
             self._pending = None
+        if self._segments is not None and self._segments["epoch"] != epoch:
+            self._segments = None
         self._epoch[0] = int(epoch)
 
     @property
@@ -131,31 +153,39 @@ class ShardedIterableDataset(IterableDataset):
         """Samples in the source (all shards)."""
         return self._n
 
+    def _to_deal(self) -> int:
+        return len(self.layout()) if self._resuming(self.epoch) else self._n
+
     @property
     def samples_per_rank(self) -> int:
-        """Samples every rank reads per epoch (the same on every rank)."""
-        if self.policy == "drop":
-            return self._n // self.world_size
-        return _ceil_div(self._n, self.world_size)
+        """Samples every rank reads this epoch (the same on every rank; after a
+        checkpoint resume, what is left of the epoch)."""
+        n = self._to_deal()
+        return n // self.world_size if self.policy == "drop" else _ceil_div(n, self.world_size)
 
     @property
     def dropped(self) -> int:
-        """Samples of each epoch that no rank reads (policy 'drop'; < world_size)."""
-        return max(0, self._n - self.world_size * self.samples_per_rank)
+        """Samples of the epoch that no rank reads (policy 'drop'; < world_size)."""
+        return max(0, self._to_deal() - self.world_size * self.samples_per_rank)
 
     @property
     def padded(self) -> int:
-        """Samples of each epoch read twice to even out the ranks (policy 'pad'; < world_size)."""
-        return max(0, self.world_size * self.samples_per_rank - self._n)
+        """Samples of the epoch read twice to even out the ranks (policy 'pad'; < world_size)."""
+        return max(0, self.world_size * self.samples_per_rank - self._to_deal())
 
     def dropped_ids(self, epoch: int | None = None) -> np.ndarray:
-        """The ids no rank reads in ``epoch`` (policy 'drop'): the end of its permutation."""
-        order = self.epoch_order(epoch)
-        return order[len(order) - self.dropped:] if self.dropped else order[:0]
+        """The ids no rank reads in ``epoch`` (policy 'drop'): the end of its layout."""
+        order = self.layout(epoch)
+        n = len(order)
+        dropped = n - self.world_size * (n // self.world_size) if self.policy == "drop" else 0
+        return order[n - dropped:]
 
     def padded_ids(self, epoch: int | None = None) -> np.ndarray:
-        """The ids read twice in ``epoch`` (policy 'pad'): the start of its permutation."""
-        return self.epoch_order(epoch)[:self.padded]
+        """The ids read twice in ``epoch`` (policy 'pad'): the start of its layout."""
+        order = self.layout(epoch)
+        n = len(order)
+        padded = self.world_size * _ceil_div(n, self.world_size) - n if self.policy == "pad" else 0
+        return order[:padded]
 
     def epoch_order(self, epoch: int | None = None) -> np.ndarray:
         """The epoch's permutation of global sample ids, identical in every process."""
@@ -166,11 +196,32 @@ class ShardedIterableDataset(IterableDataset):
         if self._global_shuffle:
             return torch.randperm(self._n, generator=gen).numpy()
         offsets = self._offsets
+        shard_order = torch.randperm(len(self._shards), generator=gen).tolist()
         pieces = []
-        for s in torch.randperm(len(self._shards), generator=gen).tolist():
-            n = self._shards[s].length
-            pieces.append(offsets[s] + torch.randperm(n, generator=gen).numpy())
+        for w in range(0, len(shard_order), self.window):
+            pool = np.concatenate([np.arange(offsets[s], offsets[s + 1], dtype=np.int64)
+                                   for s in shard_order[w:w + self.window]])
+            pieces.append(pool[torch.randperm(len(pool), generator=gen).numpy()])
         return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+    def layout(self, epoch: int | None = None) -> np.ndarray:
+        """The ids the ranks split into equal blocks this epoch: the epoch order, or after
+        a :meth:`checkpoint` resume, the ids the old world(s) had not read yet."""
+        epoch = self.epoch if epoch is None else epoch
+        order = self.epoch_order(epoch)
+        if self._segments is None or self._segments["epoch"] != epoch:
+            return order
+        unit = self.batch_size or 1
+        for world, consumed in self._segments["history"]:
+            # The old world's layout, position by position (drop: its tail no rank read;
+            # pad: its repeats), minus the first `consumed` items of every rank's block.
+            n = len(order)
+            per = n // world if self.policy == "drop" else _ceil_div(n, world)
+            left = np.ones(max(n, world * per), dtype=bool)
+            for r in range(world):
+                left[r * per:r * per + min(consumed * unit, per)] = False
+            order = order[np.flatnonzero(left) % n] if n else order
+        return order
 
     # -- resume ----------------------------------------------------------------------
 
@@ -181,19 +232,23 @@ class ShardedIterableDataset(IterableDataset):
                                            "yielded": 0})
         rng = progress.pop("rng", None)  # the augmentation generator, saved mid-stream
         progress["rng_state"] = None if rng is None else rng.get_state()
-        return {"version": STATE_VERSION, "config": self._config(), **progress}
+        return {"version": STATE_VERSION, "config": self._config(), "rank": self.rank,
+                "world_size": self.world_size, "history": self._history(progress["epoch"]),
+                **progress}
 
     def checkpoint(self, batches_consumed: int) -> dict:
         """A resume point for a plain DataLoader: this rank took ``batches_consumed`` items
         from the loader in the current epoch. Pass it to :meth:`load_state_dict` later."""
-        if batches_consumed < 0:
-            raise ValueError(f"batches_consumed must be ≥ 0, got {batches_consumed}")
+        if isinstance(batches_consumed, bool) or batches_consumed < 0:
+            raise ValueError(f"batches_consumed must be an int ≥ 0, got {batches_consumed!r}")
+        history = self._history(self.epoch) + [[self.world_size, int(batches_consumed)]]
         return {"version": STATE_VERSION, "config": self._config(), "epoch": self.epoch,
-                "consumed": int(batches_consumed)}
+                "history": history}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume from :meth:`state_dict` or :meth:`checkpoint`, made by a dataset built
-        with the same source, seed, policy, batch_size, rank and world_size."""
+        """Resume from :meth:`checkpoint` (any rank, any world size) or a worker's
+        :meth:`state_dict` (same rank and world size), made by a dataset built with the
+        same source, seed, policy, batch_size and window."""
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError("state was not made by ShardedIterableDataset.state_dict() "
                              f"or .checkpoint() (version {STATE_VERSION})")
@@ -202,9 +257,18 @@ class ShardedIterableDataset(IterableDataset):
                   if theirs.get(k) != v]
         if differ:
             raise ValueError("state comes from a different configuration: " + "; ".join(differ))
+        if "worker_id" in state and (state.get("rank"), state.get("world_size")) != (
+                self.rank, self.world_size):
+            raise ValueError(
+                f"a StatefulDataLoader state resumes only the same rank of the same world: "
+                f"saved by rank {state.get('rank')} of {state.get('world_size')}, loaded by "
+                f"rank {self.rank} of {self.world_size}; to resume on another world size, "
+                f"save ds.checkpoint(batches_consumed) instead")
         self.set_epoch(state["epoch"])
-        if "consumed" in state:
-            self._pending = {"epoch": state["epoch"], "consumed": state["consumed"]}
+        history = [list(map(int, h)) for h in state.get("history", [])]
+        self._segments = {"epoch": state["epoch"], "history": history} if history else None
+        if "worker_id" not in state:
+            self._pending = None
         elif state.get("worker_id") is not None:
             self._pending = {k: state.get(k) for k in ("epoch", "worker_id", "num_workers",
                                                        "first_item", "yielded", "rng_state")}
@@ -233,13 +297,19 @@ class ShardedIterableDataset(IterableDataset):
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
         self._progress: dict | None = None
         self._pending: dict | None = None
+        self._segments: dict | None = None  # the epoch's checkpoint resumes, in order
         self._cache: dict = {}
 
     def _config(self) -> dict:
         return {"lengths": [s.length for s in self._shards], "seed": self.seed,
                 "shuffle": self.shuffle, "policy": self.policy,
-                "batch_size": self.batch_size, "rank": self.rank,
-                "world_size": self.world_size}
+                "batch_size": self.batch_size, "window": self.window}
+
+    def _resuming(self, epoch: int) -> bool:
+        return self._segments is not None and self._segments["epoch"] == epoch
+
+    def _history(self, epoch: int) -> list:
+        return [list(h) for h in self._segments["history"]] if self._resuming(epoch) else []
 
     def _resume_point(self, epoch: int, worker: int, num_workers: int):
         """(first item of the rank to deal out, items of this worker's stream to skip,
@@ -248,8 +318,6 @@ class ShardedIterableDataset(IterableDataset):
         if pending is None or pending["epoch"] != epoch:
             return 0, 0, None
         self._pending = None
-        if "consumed" in pending:  # deal the rest of the rank's items afresh from worker 0
-            return pending["consumed"], 0, None
         if pending["num_workers"] != num_workers or pending["worker_id"] != worker:
             raise ValueError(
                 f"state comes from a different configuration: saved by worker "
@@ -262,7 +330,7 @@ class ShardedIterableDataset(IterableDataset):
         the configuration, the epoch and a loaded resume point only)."""
         epoch = self.epoch
         first, skip, rng_state = self._resume_point(epoch, worker, num_workers)
-        ids = worker_sample_ids(self.epoch_order(epoch), rank=self.rank,
+        ids = worker_sample_ids(self.layout(epoch), rank=self.rank,
                                 world_size=self.world_size, worker=worker,
                                 num_workers=num_workers, batch_size=self.batch_size,
                                 policy=self.policy, first_item=first)
@@ -296,8 +364,13 @@ class ShardedIterableDataset(IterableDataset):
         first = shard_of[0]
         if (shard_of == first).all():
             return self._take(first, gids - self._offsets[first])
-        samples = [self._fetch_one(int(g)) for g in gids]
-        return self.collate_fn(samples)
+        parts = {int(s): self._take(int(s), gids[shard_of == s] - self._offsets[s])
+                 for s in np.unique(shard_of)}
+        if all(isinstance(p, torch.Tensor) for p in parts.values()):
+            out = torch.cat(list(parts.values()))
+            where = np.concatenate([np.flatnonzero(shard_of == s) for s in parts])
+            return out[torch.from_numpy(np.argsort(where, kind="stable"))]
+        return self.collate_fn([self._fetch_one(int(g)) for g in gids])
 
     def _take(self, s: int, local: np.ndarray):
         data = self._shard_data(s)
@@ -321,7 +394,9 @@ class ShardedIterableDataset(IterableDataset):
         if shard.load is None:
             return shard.source
         if s not in self._cache:
-            self._cache.clear()  # one loaded shard per process: the order reads shard by shard
+            # at most one window of loaded shards per process: the order reads window by window
+            while len(self._cache) >= (self.window or 1):
+                self._cache.pop(next(iter(self._cache)))
             self._cache[s] = shard.load(shard.source)
         return self._cache[s]
 
@@ -354,17 +429,20 @@ def resolve_rank_and_world(rank: int | None = None,
 
 def worker_sample_ids(order: np.ndarray, *, rank: int, world_size: int, worker: int,
                       num_workers: int, batch_size: int | None, policy: str,
-                      first_item: int = 0) -> np.ndarray:
+                      first_item: int = 0, last_item: int | None = None) -> np.ndarray:
     """Global sample ids one (rank, worker) reads this epoch, in order, from the epoch's
     permutation ``order``. Rank r takes the r-th equal block of the (dropped or padded)
     order; its items (batches of ``batch_size``, or samples) from ``first_item`` on go
-    round-robin to the workers, starting at worker 0 (the order a DataLoader reads them)."""
+    round-robin to the workers, starting at worker 0 (the order a DataLoader reads them),
+    up to but not including item ``last_item`` (default: all)."""
     n = len(order)
     per_rank = n // world_size if policy == "drop" else _ceil_div(n, world_size)
     if per_rank == 0:
         return np.zeros(0, dtype=np.int64)
     unit = batch_size or 1
-    items = np.arange(first_item + worker, _ceil_div(per_rank, unit), max(num_workers, 1))
+    end = _ceil_div(per_rank, unit) if last_item is None else min(last_item,
+                                                                   _ceil_div(per_rank, unit))
+    items = np.arange(first_item + worker, end, max(num_workers, 1))
     pos = (items[:, None] * unit + np.arange(unit)[None, :]).ravel()
     pos = pos[pos < per_rank] + rank * per_rank
     return np.asarray(order, dtype=np.int64)[pos % n]

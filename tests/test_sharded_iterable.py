@@ -142,8 +142,7 @@ def test_each_bad_argument_gets_an_error_naming_it():
 
 def test_a_state_from_another_configuration_is_refused():
     state = ShardedIterableDataset(100, batch_size=4, seed=1).checkpoint(3)
-    for other in (dict(seed=2), dict(batch_size=8), dict(policy="pad"),
-                  dict(rank=1, world_size=2)):
+    for other in (dict(seed=2), dict(batch_size=8), dict(policy="pad")):
         with pytest.raises(ValueError, match="different configuration"):
             ds = ShardedIterableDataset(100, **{"batch_size": 4, "seed": 1, **other})
             ds.load_state_dict(state)
@@ -324,3 +323,170 @@ def test_stateful_dataloader_resume_repeats_the_same_augmentations():
     assert len(got) == len(full)
     for (b1, d1), (b2, d2) in zip(got, full, strict=True):
         assert torch.equal(b1, b2) and torch.equal(d1, d2)
+
+
+# -- v2: elastic resume ------------------------------------------------------------------
+
+@st.composite
+def elastic_configs(draw):
+    config = draw(configs())
+    config.update(world2=draw(st.integers(1, 8)), workers2=draw(st.integers(0, 3)),
+                  saver=draw(st.integers(0, 7)), loader_rank=draw(st.integers(0, 7)))
+    return config
+
+
+def world_streams(config, world, workers, state=None):
+    """Every rank's items in a world of ``world`` ranks, after loading ``state``."""
+    out = []
+    for rank in range(world):
+        ds = make(config, rank, world_size=world)
+        ds.set_epoch(config["epoch"])
+        if state is not None:
+            ds.load_state_dict(state)
+        out.append(rank_stream(ds, workers))
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(elastic_configs())
+def test_a_checkpoint_from_any_rank_resumes_on_any_world_size_exactly_once(config):
+    w1, w2 = config["world"], config["world2"]
+    before = world_streams(config, w1, config["workers"])
+    k = int(config["resume"] * len(before[0]))      # every rank took k batches (lockstep)
+    saved = [make(config, r) for r in range(w1)]
+    for ds in saved:
+        ds.set_epoch(config["epoch"])
+    states = [ds.checkpoint(k) for ds in saved]
+    assert all(st_ == states[0] for st_ in states), "ranks of one world save the same point"
+    state = states[config["saver"] % w1]
+    after = world_streams(config, w2, config["workers2"], state)
+    assert len({len(items) for items in after}) == 1, "new ranks yield equal batches"
+    seen = Counter(ids(sum((items[:k] for items in before), [])))
+    seen.update(ids(sum(after, [])))
+    n = config["n"]
+    assert set(seen) <= set(range(n))
+    missing, extra = n - len(seen), sum(seen.values()) - len(seen)
+    if config["policy"] == "drop":
+        assert extra == 0 and missing <= (w1 - 1) + (w2 - 1)
+    else:
+        assert missing == 0 and extra <= (w1 - 1) + (w2 - 1)
+    # the next epoch is the new world's normal one
+    ds = make(config, config["loader_rank"] % w2, world_size=w2)
+    ds.load_state_dict(state)
+    ds.set_epoch(config["epoch"] + 1)
+    plain = make(config, config["loader_rank"] % w2, world_size=w2)
+    plain.set_epoch(config["epoch"] + 1)
+    assert ids(rank_stream(ds, 1)) == ids(rank_stream(plain, 1))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(elastic_configs(), st.integers(1, 5), st.floats(0, 1))
+def test_a_resumed_world_can_save_again_and_resume_on_a_third_world_size(config, w3, frac):
+    w1, w2 = config["world"], config["world2"]
+    before = world_streams(config, w1, 0)
+    k1 = int(config["resume"] * len(before[0]))
+    first = make(config, 0)
+    first.set_epoch(config["epoch"])
+    state1 = first.checkpoint(k1)
+    middle = world_streams(config, w2, 0, state1)
+    k2 = int(frac * len(middle[0]))
+    second = make(config, 0, world_size=w2)
+    second.load_state_dict(state1)
+    state2 = second.checkpoint(k2)
+    after = world_streams(config, w3, 0, state2)
+    assert len({len(items) for items in after}) == 1
+    seen = Counter(ids(sum((b[:k1] for b in before), []) + sum((m[:k2] for m in middle), [])
+                       + sum(after, [])))
+    n, slack = config["n"], (w1 - 1) + (w2 - 1) + (w3 - 1)
+    if config["policy"] == "drop":
+        assert max(seen.values(), default=1) == 1 and n - len(seen) <= slack
+    else:
+        assert len(seen) == n and sum(seen.values()) - n <= slack
+
+
+def test_a_stateful_state_on_another_world_size_is_refused_pointing_to_checkpoint():
+    ds = ShardedIterableDataset(100, batch_size=4, rank=0, world_size=2)
+    it = ds._iter_worker(0, 1)
+    next(it)
+    state = ds.state_dict()
+    for rank, world in ((0, 3), (1, 2)):
+        with pytest.raises(ValueError, match=r"checkpoint\(batches_consumed\)"):
+            ShardedIterableDataset(100, batch_size=4, rank=rank,
+                                   world_size=world).load_state_dict(state)
+
+
+# -- v2: micro-batches that mix shards ---------------------------------------------------
+
+def effective_shards(batch, shard_of) -> float:
+    """Inverse Simpson index of the shard labels in one micro-batch."""
+    _, counts = np.unique(shard_of[np.asarray(batch)], return_counts=True)
+    p = counts / counts.sum()
+    return float(1.0 / (p ** 2).sum())
+
+
+def rank_effective_shards(window, seed=0, epochs=3) -> list[float]:
+    """Mean effective shards per micro-batch of each of 2 ranks (16 shards × 64, batch 8)."""
+    shards = [range(64 * i, 64 * (i + 1)) for i in range(16)]
+    shard_of = np.repeat(np.arange(16), 64)
+    kwargs = {} if window is None else {"window": window}
+    scores = []
+    for rank in range(2):
+        ds = ShardedIterableDataset.from_shards(shards, batch_size=8, seed=seed, rank=rank,
+                                                world_size=2, **kwargs)
+        per_batch = []
+        for epoch in range(epochs):
+            ds.set_epoch(epoch)
+            per_batch += [effective_shards(b.numpy(), shard_of) for b in rank_stream(ds, 2)]
+        scores.append(float(np.mean(per_batch)))
+    return scores
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_by_default_each_micro_batch_mixes_at_least_two_and_a_half_shards(seed):
+    assert min(rank_effective_shards(None, seed)) >= 2.5
+
+
+def test_a_window_of_one_shard_puts_one_shard_in_each_micro_batch():
+    assert rank_effective_shards(1) == [1.0, 1.0]
+
+
+def test_a_wider_window_mixes_more_shards():
+    assert min(rank_effective_shards(8)) > max(rank_effective_shards(2))
+
+
+def test_a_worker_holds_at_most_one_window_and_reads_each_shard_once():
+    loads = Counter()
+
+    def load(shard):
+        loads[shard.start] += 1
+        return np.arange(shard.start, shard.stop)
+
+    shards = [range(50 * i, 50 * (i + 1)) for i in range(12)]
+    ds = ShardedIterableDataset.from_shards(shards, lengths=[50] * 12, load=load,
+                                            batch_size=10, window=3, seed=4)
+    ds.set_epoch(1)
+    got = ids(ds._iter_worker(0, 1))
+    assert sorted(got) == list(range(600))
+    assert len(ds._cache) <= 3
+    assert set(loads.values()) == {1}
+
+
+def test_a_bad_window_gets_an_error_naming_it():
+    for window in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="window"):
+            ShardedIterableDataset.from_shards([range(4)], window=window)
+
+
+def test_the_module_imports_only_torch_numpy_and_the_standard_library():
+    import ast
+    import sys
+    from pathlib import Path
+
+    import talk_helpers.sharded_iterable as module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    roots = {alias.name.split(".")[0] for node in ast.walk(tree)
+             if isinstance(node, ast.Import) for alias in node.names}
+    roots |= {node.module.split(".")[0] for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.level == 0}
+    assert roots - set(sys.stdlib_module_names) == {"numpy", "torch"}

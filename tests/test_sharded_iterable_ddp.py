@@ -2,12 +2,13 @@
 
 import functools
 import random
+from collections import Counter
 
 import pytest
 
 from talk_helpers.checks import check_exactly_once
 from talk_helpers.distributed import run_ranks, run_world
-from talk_helpers.toy.exercise import ddp_train, make_final_dataset, resume_run
+from talk_helpers.toy.exercise import ddp_train, elastic_run, make_final_dataset, resume_run
 
 pytestmark = pytest.mark.distributed
 
@@ -55,3 +56,22 @@ def test_resuming_in_fresh_processes_at_random_points_reads_the_epoch_exactly_on
         assert len(first[rank]["ids"]) + len(second[rank]["ids"]) == per_rank
     report = check_exactly_once([r["ids"] for r in first + second], kept)
     assert report.ok, repr(report)
+
+
+@pytest.mark.parametrize("policy", ["drop", "pad"])
+def test_a_checkpoint_saved_on_two_ranks_resumes_on_three_in_fresh_processes(policy):
+    kwargs = dict(sizes=UNEVEN, batch_size=4, seed=7, epoch=2, policy=policy)
+    first = run_ranks(functools.partial(elastic_run, stop_after=5, **kwargs), 2, **WORLD)
+    saved = first[1]["checkpoint"]                 # rank 1's point, loaded by every new rank
+    second = run_ranks(functools.partial(elastic_run, checkpoint=saved, **kwargs), 3, **WORLD)
+    assert [len(r["ids"]) for r in first] == [5, 5]
+    assert len({len(r["ids"]) for r in second}) == 1, "the new ranks yield equal batches"
+    seen = Counter(i for r in first + second for batch in r["ids"] for i in batch)
+    n = sum(UNEVEN)
+    if policy == "drop":
+        assert max(seen.values()) == 1 and n - len(seen) <= (2 - 1) + (3 - 1)
+    else:
+        assert len(seen) == n and sum(seen.values()) - n <= (2 - 1) + (3 - 1)
+    fresh = make_final_dataset(sizes=UNEVEN, batch_size=4, seed=7, policy=policy, rank=0,
+                               world_size=3)
+    assert {r["next_epoch_batches"] for r in second} == {len(fresh)}

@@ -179,6 +179,32 @@ def resume_run(rank: int, world_size: int, *, epoch: int, stop_after, state=None
     return {"ids": batches, "state": loader.state_dict()}
 
 
+def elastic_run(rank: int, world_size: int, *, epoch: int, stop_after: int | None = None,
+                checkpoint: dict | None = None, num_workers: int = NUM_WORKERS,
+                **kwargs) -> dict:
+    """One rank of a plain-DataLoader run: without ``checkpoint``, read ``stop_after``
+    batches (every rank the same number, as DDP steps) and return their ids and
+    ``ds.checkpoint(stop_after)``; with ``checkpoint`` (saved by any rank of a world of
+    any size), resume and read to the end of the epoch, then one batch of the next."""
+    ds = make_final_dataset(**kwargs)   # rank and world size from the process group
+    ds.set_epoch(epoch)
+    if checkpoint is not None:
+        ds.load_state_dict(checkpoint)
+    loader = DataLoader(ds, batch_size=None, num_workers=num_workers)
+    batches = []
+    for batch in loader:
+        if stop_after is not None and len(batches) == stop_after:
+            break
+        batches.append(batch.tolist())
+    out = {"ids": batches, "rank": rank, "world_size": world_size}
+    if checkpoint is None:
+        out["checkpoint"] = ds.checkpoint(len(batches))
+    else:
+        ds.set_epoch(epoch + 1)
+        out["next_epoch_batches"] = len(ds)
+    return out
+
+
 def ddp_train(rank: int, world_size: int, *, epochs: int = 2, num_workers: int = NUM_WORKERS,
               **kwargs) -> dict:
     """One rank of a real DDP training loop over the finished dataset: every step
