@@ -23,6 +23,8 @@ from talk_helpers.toy.basics import MapStyleIds
 MapIds = MapStyleIds  # map-style ids 0..size-1 for DistributedSampler, as in notebooks 01-02
 
 __all__ = [
+    "InitRngAugment",
+    "IterRngAugment",
     "SeedProbe", "TwoStreams", "WorkerSeededAugment", "MapIds", "EpochStream", "SharedEpochStream",
     "CountingEpochStream", "predict_base_seed", "expected_draws", "run_epochs", "digest",
 ]
@@ -102,6 +104,31 @@ class WorkerSeededAugment(IterableDataset):
         for i in range(slot, self.size, slots):
             yield {"id": i, "aug": random.randrange(100), "rank": self.rank,
                    "worker": worker_id}
+
+
+class InitRngAugment(IterableDataset):
+    """Today's most common augmentation bug: a generator made in ``__init__``. Every worker
+    receives a copy of the dataset, generator included, in the same state; DataLoader
+    reseeds only the global ``random``, torch and numpy RNGs. So every worker draws the
+    same augmentations, seeded or not."""
+
+    def __init__(self, size=48, seed=0):
+        self.size = size
+        self.rng = np.random.default_rng(seed)  # made once, copied into every worker
+
+    def __iter__(self):
+        worker_id, num_workers = _worker()
+        for i in range(worker_id, self.size, num_workers):
+            yield {"id": i, "worker": worker_id, "aug": int(self.rng.integers(1000))}
+
+
+class IterRngAugment(InitRngAugment):
+    """The fix: make the generator in ``__iter__``, inside the worker, from the seed
+    DataLoader gave that worker (``torch.initial_seed()``: new per worker and per epoch)."""
+
+    def __iter__(self):
+        self.rng = np.random.default_rng(torch.initial_seed())
+        return super().__iter__()
 
 
 class EpochStream(IterableDataset):
