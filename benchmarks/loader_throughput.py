@@ -5,9 +5,9 @@ Usage: python benchmarks/loader_throughput.py [--samples N] [--seconds S] [--wor
 Writes benchmarks/results/loader_throughput.md (the table) and .png (the plot). Every
 row reads the same generated int32 tokens and applies the same per-sample masking, so the
 rows differ only in how samples reach the main process. Ratios are to row (a) with the
-same workers and batch size, and to the single-process ceiling. The default run takes
-about two minutes on 2 cores. On a busy machine the numbers move a lot between
-runs (up to 3× for a single row): trust only differences far larger than that.
+same workers and batch size, and to the single-process ceiling. Each row is the median
+of several passes with the slowest and fastest beside it; a comparison gets a verdict
+only when the spreads do not overlap. The default run takes about three minutes on 2 cores.
 """
 
 import argparse
@@ -33,6 +33,8 @@ from talk_helpers.diagrams.fast_loading import throughput_figure  # noqa: E402
 from talk_helpers.loading_bench import (  # noqa: E402
     KIND_LABELS,
     KINDS,
+    Runs,
+    compare,
     cpu_per_sample,
     grid_table,
     measure_ceiling,
@@ -82,18 +84,18 @@ def cpu_table(path, work: int, batch_size: int) -> str:
 
 def targets(results: dict, workers: int, batch: int) -> str:
     """The issue's targets for the reference dataset, read from the table."""
-    def rate(kind):
+    def runs(kind):
         result = results.get((kind, workers, batch))
-        return getattr(result, "rate", None)
+        return result if isinstance(result, Runs) else None
 
-    ref, batched, hf = rate("reference"), rate("batched"), rate("hf")
+    ref, batched, hf = runs("reference"), runs("batched"), runs("hf")
     if ref is None:
         return "Targets: the reference dataset (d) was not available."
-    lines = [f"Targets at {workers} workers, batch {batch}:"]
+    lines = [f"Targets at {workers} workers, batch {batch} (ratios of medians):"]
     if batched:
-        lines.append(f"(d) / (c) = {ref / batched:.2f} (target ≥ 0.90)")
+        lines.append(f"(d) vs (c): {compare(ref, batched)}, target ≥ 0.90.")
     if hf:
-        lines.append(f"(d) / HF datasets = {ref / hf:.0f}× (target ≥ 10×)")
+        lines.append(f"(d) vs HF datasets: {compare(ref, hf)}, target ≥ 10×.")
     return " ".join(lines)
 
 
@@ -108,8 +110,8 @@ NOTES = """
   the size of each part: the column without masking is the plumbing alone. Either way each batch
   comes from one worker's block, so neither mixes across workers (notebook 08 measures
   this with `shuffle_report`, and what unbatch/shuffle/rebatch costs).
-- (d) fetches each batch with one index into an in-memory copy of the tokens, then masks
-  row by row like (c).
+- (d) deals batches of ids; its transform reads those rows from the same memmap (one
+  slice, like (c)) and masks row by row like (c): the same bytes and the same work.
 - HF datasets and webdataset pay a per-sample price of their own: Arrow rows converted
   to numpy and torch one example at a time, and a Python tar header plus an `.npy`
   header parsed per sample.
@@ -124,8 +126,8 @@ def main(argv=None) -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--seconds", type=float, default=0.6,
                         help="steady-state time cap per configuration")
-    parser.add_argument("--repeats", type=int, default=2,
-                        help="passes over the grid; each row keeps its fastest")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="passes over the grid; each row reports the median and spread")
     parser.add_argument("--work", type=int, default=1, help="masking rounds per sample")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])
@@ -140,8 +142,9 @@ def main(argv=None) -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="loader-bench-") as tmp:
         path = make_token_memmap(Path(tmp) / "tokens.npy", args.samples, args.seq_len)
-        ceiling = max((measure_ceiling(path, work=args.work, max_seconds=args.seconds * 2)
-                       for _ in range(args.repeats)), key=lambda r: r.rate)
+        ceiling = Runs("ceiling", [measure_ceiling(path, work=args.work,
+                                                   max_seconds=args.seconds * 2)
+                                   for _ in range(args.repeats)])
         results = run_grid(path, kinds=args.kinds, workers=args.workers,
                            batch_sizes=args.batch_sizes, work=args.work,
                            max_seconds=args.seconds, repeats=args.repeats,
@@ -157,7 +160,8 @@ def main(argv=None) -> None:
         f"{args.samples} samples × {args.seq_len} int32 tokens, {args.work} masking "
         f"round(s) per sample (≈15 µs of numpy work each), start method "
         f"{args.start_method}, ≤ {args.seconds} s of steady state per row (first batch "
-        f"excluded), fastest of {args.repeats} passes. {os.cpu_count()} cores, Python "
+        f"excluded), median of {args.repeats} passes (slowest–fastest in brackets). "
+        f"{os.cpu_count()} cores, Python "
         f"{platform.python_version()}, torch {torch.__version__}, load average "
         f"{load_before:.1f} at the start (above the core count, other processes shared "
         f"the cores and every row is noisy). Run took {elapsed:.0f} s.\n\n"

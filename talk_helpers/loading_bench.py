@@ -71,6 +71,48 @@ class Throughput:
 
 
 @dataclass
+class Runs:
+    """Several runs of one configuration: ``rate`` is their median, ``low``/``high`` the
+    slowest and fastest (the spread a difference must exceed to mean something)."""
+
+    label: str
+    runs: list
+
+    @property
+    def rates(self) -> list[float]:
+        return sorted(r.rate for r in self.runs)
+
+    @property
+    def rate(self) -> float:
+        return float(np.median(self.rates))
+
+    @property
+    def low(self) -> float:
+        return self.rates[0]
+
+    @property
+    def high(self) -> float:
+        return self.rates[-1]
+
+    def __repr__(self) -> str:
+        return (f"{self.label}: median {self.rate:,.0f} samples/s "
+                f"({self.low:,.0f}–{self.high:,.0f} over {len(self.runs)} runs)")
+
+
+def compare(a: "Runs", b: "Runs") -> str:
+    """``a`` vs ``b``: the ratio of medians, and a verdict only when the spreads do not
+    overlap (every run of one faster than every run of the other)."""
+    ratio = a.rate / b.rate
+    if a.low > b.high:
+        verdict = "faster, beyond the spread"
+    elif a.high < b.low:
+        verdict = "slower, beyond the spread"
+    else:
+        verdict = "no verdict: within the spread"
+    return f"{ratio:.2f}× ({verdict})"
+
+
+@dataclass
 class LoopTiming:
     """A training loop split into time waiting for data and time in the step."""
 
@@ -225,33 +267,45 @@ def make_loader(kind: str, path, *, batch_size: int, num_workers: int = 0, work:
 
 
 def _reference_loader(path, batch_size, work, options):
-    """Notebook 09's dataset over the same tokens, with the same work, batched in workers.
+    """Notebook 09's dataset over the same memmap, with the same work, batched in workers.
 
-    Its source is an in-memory (id, tokens...) array, so that it fetches a whole batch
-    with one fancy index; ``transform`` then masks each row by its id, as (c) does.
+    The dataset deals batches of ids (in order, like (c)); its ``transform`` reads those
+    rows from the memmap (one slice when they are contiguous, as (c) reads) and masks
+    each row by its id: the same bytes and the same work as (c).
     """
     if not reference_available():
         raise RuntimeError("talk_helpers.sharded_iterable is not available")
     from talk_helpers import sharded_iterable
 
-    tokens = open_tokens(path)
-    table = np.empty((len(tokens), tokens.shape[1] + 1), dtype=np.int64)
-    table[:, 0] = np.arange(len(tokens))
-    table[:, 1:] = tokens
+    n = len(open_tokens(path))
     dataset = sharded_iterable.ShardedIterableDataset(
-        table, batch_size=batch_size, shuffle=False,
-        transform=partial(_mask_id_token_rows, work=work))
+        n, batch_size=batch_size, shuffle=False, transform=_MemmapRows(path, work))
     return DataLoader(dataset, batch_size=None, **options)
 
 
-def _mask_id_token_rows(rows: torch.Tensor, _rng, work: int) -> dict:
-    rows = rows.numpy()
-    input_ids = np.empty((len(rows), rows.shape[1] - 1), dtype=np.int64)
-    labels = np.empty_like(input_ids)
-    for k, row in enumerate(rows):
-        input_ids[k], labels[k] = mask_tokens(row[1:], int(row[0]), work)
-    return {"id": torch.from_numpy(rows[:, 0].copy()), "input_ids": torch.from_numpy(input_ids),
-            "labels": torch.from_numpy(labels)}
+class _MemmapRows:
+    """``transform(ids, rng)``: the rows ``ids`` of the token memmap, masked by id. Opens the
+    memmap in the process that first calls it (each worker maps the file itself)."""
+
+    def __init__(self, path, work: int) -> None:
+        self.path, self.work, self._tokens = str(path), work, None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_tokens": None}
+
+    def __call__(self, batch_ids: torch.Tensor, _rng) -> dict:
+        if self._tokens is None:
+            self._tokens = open_tokens(self.path)
+        ids = batch_ids.numpy()
+        first, last = int(ids[0]), int(ids[-1])
+        contiguous = last - first + 1 == len(ids) and bool((np.diff(ids) == 1).all())
+        block = np.asarray(self._tokens[first:last + 1] if contiguous else self._tokens[ids])
+        input_ids = np.empty(block.shape, dtype=np.int64)
+        labels = np.empty(block.shape, dtype=np.int64)
+        for row, index in enumerate(ids.tolist()):
+            input_ids[row], labels[row] = mask_tokens(block[row], index, self.work)
+        return {"id": batch_ids.clone(), "input_ids": torch.from_numpy(input_ids),
+                "labels": torch.from_numpy(labels)}
 
 
 def _hf_mask(example, work):
@@ -417,9 +471,9 @@ def run_grid(path, *, kinds=KINDS, workers=(0, 1, 2), batch_sizes=(64, 256), wor
              max_samples: int | None = None, max_seconds: float | None = 2.0,
              repeats: int = 1, start_method: str | None = None, data_dir=None,
              progress: bool = True) -> dict:
-    """Throughput of every (kind, workers, batch size), the fastest of ``repeats`` runs
-    (other processes only ever slow a run down); unavailable kinds map to a reason.
-    Repeats run in separate passes over the grid, so a burst of load hits one pass."""
+    """Throughput of every (kind, workers, batch size) as :class:`Runs` (median and spread
+    of ``repeats`` runs); unavailable kinds map to a reason. Repeats run in separate
+    passes over the grid, so a burst of load hits one pass, not one row."""
     results: dict = {}
     combos = [(k, w, b) for k in kinds for b in batch_sizes for w in workers]
     passes = [(r, c) for r in range(repeats) for c in combos]
@@ -435,8 +489,7 @@ def run_grid(path, *, kinds=KINDS, workers=(0, 1, 2), batch_sizes=(64, 256), wor
         result = measure_throughput(
             loader, label=f"{kind} w={num_workers} b={batch_size}", max_samples=max_samples,
             max_seconds=max_seconds, progress=progress)
-        if key not in results or result.rate > results[key].rate:
-            results[key] = result
+        results.setdefault(key, Runs(result.label, [])).runs.append(result)
     return results
 
 
@@ -453,22 +506,26 @@ def unavailable_reason(kind: str) -> str | None:
     return None if found else f"not available ({module} not importable)"
 
 
-def grid_table(results: dict, ceiling: Throughput, *, baseline: str = "map") -> str:
-    """Markdown: samples/s, × the map-style row with the same workers and batch size,
-    × the single-process ceiling."""
-    lines = ["| loader | workers | batch | samples/s | × (a) | × ceiling |",
+def grid_table(results: dict, ceiling, *, baseline: str = "map") -> str:
+    """Markdown: median samples/s with the slowest–fastest run, × the map-style row with
+    the same workers and batch size, × the single-process ceiling (ratios of medians)."""
+    lines = ["| loader | workers | batch | samples/s, median (min–max) | × (a) | × ceiling |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for (kind, num_workers, batch_size), result in results.items():
         label = KIND_LABELS[kind]
-        if not isinstance(result, Throughput):
+        if not hasattr(result, "rate"):
             lines.append(f"| {label} | {num_workers} | {batch_size} | {result} | | |")
             continue
         base = results.get((baseline, num_workers, batch_size))
-        ratio = result.rate / base.rate if isinstance(base, Throughput) else float("nan")
-        lines.append(f"| {label} | {num_workers} | {batch_size} | {result.rate:,.0f} | "
+        ratio = result.rate / base.rate if hasattr(base, "rate") else float("nan")
+        spread = (f" ({result.low:,.0f}–{result.high:,.0f})" if isinstance(result, Runs)
+                  else "")
+        lines.append(f"| {label} | {num_workers} | {batch_size} | {result.rate:,.0f}{spread} | "
                      f"{ratio:.2f} | {result.rate / ceiling.rate:.2f} |")
+    spread = (f" ({ceiling.low:,.0f}–{ceiling.high:,.0f})" if isinstance(ceiling, Runs)
+              else "")
     lines.append(f"| ceiling: one process, same read and work | – | – | "
-                 f"{ceiling.rate:,.0f} | – | 1.00 |")
+                 f"{ceiling.rate:,.0f}{spread} | – | 1.00 |")
     return "\n".join(lines)
 
 

@@ -235,3 +235,27 @@ def test_reference_row_yields_the_same_samples_as_batched_in_workers(tokens_path
 
 def test_cpu_per_sample_is_a_positive_number_of_microseconds(tokens_path):
     assert lb.cpu_per_sample("batched", tokens_path, batch_size=100, repeats=1) > 0
+
+
+def test_grid_keeps_every_run_and_reports_the_median_with_its_spread(tokens_path):
+    results = lb.run_grid(tokens_path, kinds=("batched",), workers=(0,), batch_sizes=(100,),
+                          max_seconds=None, repeats=3, progress=False)
+    runs = results["batched", 0, 100]
+    assert len(runs.runs) == 3
+    assert runs.low <= runs.rate <= runs.high
+    assert runs.rate == sorted(r.rate for r in runs.runs)[1]
+
+
+def test_a_comparison_gives_a_verdict_only_beyond_the_spread():
+    def runs(*rates):
+        return lb.Runs("x", [lb.Throughput("x", int(r), 1, 1.0, 0.0) for r in rates])
+
+    assert "no verdict" in lb.compare(runs(90, 100, 110), runs(95, 105, 115))
+    assert "faster, beyond" in lb.compare(runs(200, 210, 220), runs(95, 105, 115))
+    assert "slower, beyond" in lb.compare(runs(50, 60), runs(95, 105))
+
+
+def test_the_reference_row_reads_the_memmap_not_a_copy(tokens_path):
+    dataset = lb.make_loader("reference", tokens_path, batch_size=8).dataset
+    assert dataset.num_samples == N and dataset._shards[0].source is None
+    assert dataset.transform.path == str(tokens_path)
