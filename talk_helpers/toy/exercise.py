@@ -179,6 +179,47 @@ def resume_run(rank: int, world_size: int, *, epoch: int, stop_after, state=None
     return {"ids": batches, "state": loader.state_dict()}
 
 
+class _CountingLoad:
+    """``load(shard)`` for :meth:`ShardedIterableDataset.from_shards` that counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, shard: range) -> np.ndarray:
+        self.calls += 1
+        return np.arange(shard.start, shard.stop)
+
+
+def window_design(window: int, *, n_shards: int = 16, shard_size: int = 64,
+                  batch_size: int = 8, world_size: int = 2, num_workers: int = 2,
+                  epochs: int = 2, seed: int = 0) -> dict:
+    """What each rank's DataLoader would yield with ``from_shards(..., window=window)``,
+    computed in this process: ``batches[epoch][rank]`` (lists of id arrays), the shard of
+    each id, and the cost: shard loads per worker per epoch, shards a worker holds."""
+    shards = [range(shard_size * i, shard_size * (i + 1)) for i in range(n_shards)]
+    batches, loads, held = [], [], 0
+    for epoch in range(epochs):
+        batches.append([])
+        for rank in range(world_size):
+            ds = ShardedIterableDataset.from_shards(
+                shards, lengths=[shard_size] * n_shards, load=None, batch_size=batch_size,
+                seed=seed, rank=rank, world_size=world_size, window=window)
+            ds.set_epoch(epoch)
+            streams = []
+            for worker in range(num_workers):
+                counter = _CountingLoad()
+                for shard in ds._shards:
+                    shard.load = counter
+                streams.append([b.numpy() for b in ds._iter_worker(worker, num_workers)])
+                loads.append(counter.calls)
+                held = max(held, len(ds._cache))
+                ds._cache.clear()
+            batches[-1].append([s[j] for j in range(max(map(len, streams)))
+                                for s in streams if j < len(s)])
+    return {"batches": batches, "shard_of": np.repeat(np.arange(n_shards), shard_size),
+            "loads_per_worker": float(np.mean(loads)), "shards_held": held}
+
+
 def elastic_run(rank: int, world_size: int, *, epoch: int, stop_after: int | None = None,
                 checkpoint: dict | None = None, num_workers: int = NUM_WORKERS,
                 **kwargs) -> dict:
