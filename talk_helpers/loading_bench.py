@@ -95,8 +95,8 @@ class Runs:
         return self.rates[-1]
 
     def __repr__(self) -> str:
-        return (f"{self.label}: median {self.rate:,.0f} samples/s "
-                f"({self.low:,.0f}–{self.high:,.0f} over {len(self.runs)} runs)")
+        return (f"{self.label}: median {self.rate:,.0f} samples/s of {len(self.runs)} runs "
+                f"(slowest {self.low:,.0f} samples/s, fastest {self.high:,.0f} samples/s)")
 
 
 def compare(a: "Runs", b: "Runs") -> str:
