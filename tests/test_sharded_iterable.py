@@ -490,3 +490,16 @@ def test_the_module_imports_only_torch_numpy_and_the_standard_library():
     roots |= {node.module.split(".")[0] for node in ast.walk(tree)
               if isinstance(node, ast.ImportFrom) and node.level == 0}
     assert roots - set(sys.stdlib_module_names) == {"numpy", "torch"}
+
+
+def test_window_design_reports_the_memory_and_reads_each_window_costs():
+    from talk_helpers.toy.exercise import window_design
+
+    one, four, every = window_design(1), window_design(4), window_design(16)
+    assert (one["shards_held"], four["shards_held"], every["shards_held"]) == (1, 4, 16)
+    # a rank's 8 shards are read by both of its workers, whatever the window up to 8
+    assert one["loads_per_worker"] == four["loads_per_worker"] == 8
+    assert every["loads_per_worker"] == 16
+    ids_read = sorted(int(i) for epoch in four["batches"][:1] for rank in epoch
+                      for batch in rank for i in batch)
+    assert ids_read == list(range(16 * 64))
