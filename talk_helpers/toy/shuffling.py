@@ -121,10 +121,15 @@ class BufferShuffled(IterableDataset):
         self.size, self.num_shards, self.buffer_size = size, num_shards, buffer_size
         self.seed, self.epoch, self.worker_batch = seed, epoch, worker_batch
 
+    def shard_order(self, worker_id, num_workers) -> list[int]:
+        """The shards worker ``worker_id`` reads, in order: a permutation by (seed, epoch),
+        then every ``num_workers``-th shard of it."""
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.num_shards)
+        return order[worker_id::num_workers].tolist()
+
     def stream(self, worker_id, num_workers):
         shards = shard_ranges(self.size, self.num_shards)
-        shard_order = np.random.default_rng([self.seed, self.epoch]).permutation(len(shards))
-        mine = (i for s in shard_order[worker_id::num_workers] for i in shards[s])
+        mine = (i for s in self.shard_order(worker_id, num_workers) for i in shards[s])
         rng = random.Random(f"{self.seed}-{self.epoch}-{worker_id}")
         samples = buffer_shuffle(mine, self.buffer_size, rng)
         if not self.worker_batch:
@@ -162,24 +167,6 @@ class SplitThenShuffleShards(BufferShuffled):
             buffer[k] = buffer[-1]
             buffer.pop()
         return order
-
-    def stream(self, worker_id, num_workers):
-        shards = shard_ranges(self.size, self.num_shards)
-        order = self.shard_order(worker_id, num_workers)   # the same every epoch
-        mine = (i for s in order for i in shards[s])
-        rng = random.Random(f"{self.seed}-{self.epoch}-{worker_id}")
-        samples = buffer_shuffle(mine, self.buffer_size, rng)
-        if not self.worker_batch:
-            yield from samples
-            return
-        batch = []
-        for i in samples:
-            batch.append(i)
-            if len(batch) == self.worker_batch:
-                yield batch
-                batch = []
-        if batch:
-            yield batch
 
 
 class MysteryShuffle(IterableDataset):
