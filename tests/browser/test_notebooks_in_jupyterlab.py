@@ -76,10 +76,12 @@ def _stored_images(nb: dict) -> int:
 
 
 def _drawn_images(page) -> int:
-    """Pictures JupyterLab drew in output areas (loaded, not broken)."""
+    """Pictures JupyterLab drew in output areas (loaded, not broken), leaving out those a
+    live widget draws inside itself (a static reader sees the widget's text instead)."""
     return page.evaluate(
         "() => [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output img')]"
-        ".filter(img => img.complete && img.naturalWidth > 0).length")
+        ".filter(img => img.complete && img.naturalWidth > 0"
+        " && !img.closest('.jupyter-widgets, [class*=\"widget-\"]')).length")
 
 
 def _change_first_slider(page) -> None:
