@@ -357,8 +357,33 @@ def _verdict(mixing: float, poor: bool | None, chance: float | None) -> str:
     return f"poorly mixed ({scale})"
 
 
-@dataclass
-class ShuffleReport:
+class _MixingVerdict:
+    """What every mixing report shares: the verdict read from ``mixing`` and ``poor``,
+    and the plain and HTML reprs built from ``_lines()``."""
+
+    @property
+    def well_mixed(self) -> bool:
+        """The mixing score is at least GOOD_MIXING."""
+        return _well_mixed(self.mixing, self.poor)
+
+    @property
+    def too_few_samples(self) -> bool:
+        """Below GOOD_MIXING, but by no more than chance explains at this size."""
+        return not self.well_mixed and self.poor is False and math.isfinite(self.mixing)
+
+    def __repr__(self) -> str:
+        return "\n".join(self._lines())
+
+    def _repr_html_(self) -> str:
+        lines = [html.escape(line.strip()) for line in self._lines()]
+        colour = "#009E73" if self.ok else "#D55E00"
+        rest = "".join(f"<br>{line}" for line in lines[1:])
+        return (f'<div style="font-family: monospace"><b style="color: {colour}">{lines[0]}</b>'
+                f"{rest}</div>")
+
+
+@dataclass(repr=False)  # the report reads as its verdict
+class ShuffleReport(_MixingVerdict):
     """What :func:`shuffle_report` or :func:`step_report` measured; ``ok`` is the verdict.
 
     ``mixing`` is the judged score: the worst of each rank's micro-batches and the global
@@ -401,16 +426,6 @@ class ShuffleReport:
                    for u, r in zip(self.unchanged, self.spearman, strict=True))
 
     @property
-    def well_mixed(self) -> bool:
-        """The mixing score is at least GOOD_MIXING."""
-        return _well_mixed(self.mixing, self.poor)
-
-    @property
-    def too_few_samples(self) -> bool:
-        """Below GOOD_MIXING, but by no more than chance explains at this size."""
-        return not self.well_mixed and self.poor is False and math.isfinite(self.mixing)
-
-    @property
     def ok(self) -> bool:
         return self.order_changes and self.well_mixed
 
@@ -450,16 +465,6 @@ class ShuffleReport:
         scores = self.group_scores if self.group_scores is not None else self.block_scores
         per_epoch = ", ".join(f"{s:.2f}" for s in scores)
         return [f"  {basis}; per epoch: {per_epoch}"]
-
-    def __repr__(self) -> str:
-        return "\n".join(self._lines())
-
-    def _repr_html_(self) -> str:
-        lines = [html.escape(line.strip()) for line in self._lines()]
-        colour = "#009E73" if self.ok else "#D55E00"
-        rest = "".join(f"<br>{line}" for line in lines[1:])
-        return (f'<div style="font-family: monospace"><b style="color: {colour}">{lines[0]}</b>'
-                f"{rest}</div>")
 
 
 def _order_stats(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
@@ -543,8 +548,8 @@ def _check_batch_size(batch_size, n: int) -> int:
 # --- what a training step sees -----------------------------------------------------------
 
 
-@dataclass
-class StepMixing:
+@dataclass(repr=False)
+class StepMixing(_MixingVerdict):
     """:func:`rank_mixing` of one epoch: each rank's micro-batches and the global steps."""
 
     rank_scores: list[float]
@@ -562,16 +567,6 @@ class StepMixing:
         return _worst([*self.rank_scores, self.step_score])
 
     @property
-    def well_mixed(self) -> bool:
-        """The mixing score is at least GOOD_MIXING."""
-        return _well_mixed(self.mixing, self.poor)
-
-    @property
-    def too_few_samples(self) -> bool:
-        """Below GOOD_MIXING, but by no more than chance explains at this size."""
-        return not self.well_mixed and self.poor is False and math.isfinite(self.mixing)
-
-    @property
     def ok(self) -> bool:
         return self.well_mixed
 
@@ -585,16 +580,6 @@ class StepMixing:
             eff = ", ".join(f"{e:.1f}" for e in self.rank_effective)
             lines.append(f"  effective groups per micro-batch, per rank: {eff}")
         return lines
-
-    def __repr__(self) -> str:
-        return "\n".join(self._lines())
-
-    def _repr_html_(self) -> str:
-        lines = [html.escape(line.strip()) for line in self._lines()]
-        colour = "#009E73" if self.ok else "#D55E00"
-        rest = "".join(f"<br>{line}" for line in lines[1:])
-        return (f'<div style="font-family: monospace"><b style="color: {colour}">{lines[0]}</b>'
-                f"{rest}</div>")
 
 
 def _rank_epochs(epochs, name: str) -> list[list[list[np.ndarray]]]:
