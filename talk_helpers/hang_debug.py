@@ -55,19 +55,31 @@ def _first_line(exc: BaseException) -> str:
     return re.sub(r"\[[^\]]*/([^/\]]+:\d+)\]", r"[\1]", text)
 
 
-def plain_timeout(rank: int, world_size: int, hold_s: float = 3.0, wait_s: float = 1.5) -> str:
-    """Rank 0 all-reduces on a group with a ``wait_s`` timeout; rank 1 never joins."""
-    _check_hold(hold_s, wait_s)
-    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s))
-    if rank != 0:
-        time.sleep(hold_s)
-        return "held"
+def _rank0_all_reduce(group) -> str:
+    """Rank 0's side of every hang: an all-reduce on ``group`` that the other rank never
+    joins; returns the first line of the error it ends with."""
     try:
         with _quiet_stderr():
             dist.all_reduce(torch.ones(1), group=group)
     except RuntimeError as exc:
         return _first_line(exc)
     return "✘ the all-reduce finished: nothing hung"
+
+
+def _hang(rank: int, group, hold_s: float) -> str:
+    """The bounded hang: rank 1 is busy for ``hold_s`` seconds while rank 0 waits for it
+    in an all-reduce on ``group``."""
+    if rank != 0:
+        time.sleep(hold_s)
+        return "held"
+    return _rank0_all_reduce(group)
+
+
+def plain_timeout(rank: int, world_size: int, hold_s: float = 3.0, wait_s: float = 1.5) -> str:
+    """Rank 0 all-reduces on a group with a ``wait_s`` timeout; rank 1 never joins."""
+    _check_hold(hold_s, wait_s)
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s))
+    return _hang(rank, group, hold_s)
 
 
 def with_debug_detail(rank: int, world_size: int, hold_s: float = 3.0,
@@ -83,15 +95,7 @@ def with_debug_detail(rank: int, world_size: int, hold_s: float = 3.0,
     finally:
         os.environ.pop("TORCH_DISTRIBUTED_DEBUG")
         dist.set_debug_level_from_env()
-    if rank != 0:
-        time.sleep(hold_s)
-        return "held"
-    try:
-        with _quiet_stderr():
-            dist.all_reduce(torch.ones(1), group=group)
-    except RuntimeError as exc:
-        return _first_line(exc)
-    return "✘ the all-reduce finished: nothing hung"
+    return _hang(rank, group, hold_s)
 
 
 def with_monitored_barrier(rank: int, world_size: int, hold_s: float = 3.0,
@@ -117,12 +121,7 @@ def with_py_spy(rank: int, world_size: int, hold_s: float = 3.0, wait_s: float =
     dist.all_gather_object(pids, os.getpid())
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s))
     if rank == 0:
-        try:
-            with _quiet_stderr():
-                dist.all_reduce(torch.ones(1), group=group)
-        except RuntimeError as exc:
-            return _first_line(exc)
-        return "✘ the all-reduce finished: nothing hung"
+        return _rank0_all_reduce(group)
     time.sleep(0.5)  # let rank 0 get into its all-reduce
     py_spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
     if not os.path.exists(py_spy):
