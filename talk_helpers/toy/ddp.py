@@ -131,10 +131,12 @@ class IdsMap(Dataset):
 
 def make_sharded_loader(rank: int, world_size: int, epoch: int, *, shard_sizes,
                         workers: int = 2, batch_size: int = 4, drop_last: bool = False,
-                        policy: str = "round_robin") -> DataLoader:
+                        policy: str = "round_robin",
+                        persistent_workers: bool = False) -> DataLoader:
     """Sharded ids over ranks × workers, batched per worker like any iterable dataset."""
     dataset = ShardedIds(shard_sizes, rank, world_size, policy)
-    return DataLoader(dataset, batch_size=batch_size, num_workers=workers, drop_last=drop_last)
+    return DataLoader(dataset, batch_size=batch_size, num_workers=workers, drop_last=drop_last,
+                      persistent_workers=persistent_workers and workers > 0)
 
 
 def make_unsharded_loader(rank: int, world_size: int, epoch: int, *, size: int = 40,
@@ -175,13 +177,14 @@ def make_fixed_count_loader(rank: int, world_size: int, epoch: int, *, steps: in
                             repeat: int | None = 1, **loader_kwargs) -> list:
     """Exactly ``steps`` batches on every rank: pass over the sharded loader ``repeat``
     times (None: forever, i.e. epochless), then stop at ``steps`` — seed 001's
-    ``dsrepeat`` and ``nbatches``, webdataset's ``with_epoch``."""
+    ``dsrepeat`` and ``nbatches``, webdataset's ``with_epoch``. The passes share one
+    loader whose workers persist: each pass reads the same batches a new loader would."""
     import itertools
 
+    loader = make_sharded_loader(rank, world_size, epoch, persistent_workers=True,
+                                 **loader_kwargs)
     passes = itertools.count() if repeat is None else range(repeat)
-    stream = (batch for p in passes
-              for batch in make_sharded_loader(rank, world_size, epoch * 1000 + p,
-                                               **loader_kwargs))
+    stream = (batch for _ in passes for batch in loader)
     return list(itertools.islice(stream, steps))
 
 
