@@ -1,7 +1,8 @@
 """How long does each notebook cell take under fork, forkserver and spawn?
 
 Run: ``make bench-notebooks`` (or ``.venv/bin/python benchmarks/notebook_times.py
-[--methods fork spawn] [notebooks/05_ddp_sharding.ipynb ...]``). Every notebook runs top to
+[--methods fork spawn] [notebooks/05_ddp_sharding.ipynb ...]``: a partial run prints its
+tables and writes them only where ``--output`` says). Every notebook runs top to
 bottom in a fresh kernel once per start method (``TALK_START_METHOD``), one notebook at a
 time, and nothing is written back to the notebooks. Writes one table per start method to
 ``benchmarks/results/notebook_times.md``, naming every cell over its target:
@@ -224,7 +225,10 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--output", type=Path, default=None,
+                        help=f"where to write the tables (default: {RESULTS.relative_to(ROOT)} "
+                             "for a full run of every notebook under every method, "
+                             "else nowhere: a partial run only prints)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each notebook; each cell reports the median (default 1)")
     args = parser.parse_args(argv)
@@ -263,8 +267,12 @@ def main(argv: list[str] | None = None) -> str:
                   f" (wall {walls[path.stem]:.1f} s)", file=sys.stderr, flush=True)
         sections.append(table(method, rows, walls, loads, _load()))
     text = "\n".join(sections)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
+    output = args.output
+    if output is None and not args.notebooks and list(args.methods) == list(METHODS):
+        output = RESULTS
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text)
     print(text)
     return text
 
