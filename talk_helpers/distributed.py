@@ -315,10 +315,6 @@ def _rank_setup(rank, result_queue, caller_pid) -> None:
         # workers come from a server of the rank's own, started at the rank's first
         # loader. Preloaded with torch, it forks each worker in hundredths of a second.
         mp.set_forkserver_preload(list(RANK_FORKSERVER_PRELOAD))
-    # Under spawn the heavy imports happen here, before the ranks synchronise, so that a
-    # rank still importing is never mistaken for a rank stuck in a collective.
-    _stage("importing")
-    _warm_imports()
 
 
 def _rank_main(rank, world_size, port_queue, fn, args, result_queue, collective_timeout_s,
@@ -338,6 +334,12 @@ def _run_call(rank, world_size, port_queue, fn, args, collective_timeout_s,
     store = None
     message: tuple
     try:
+        if isinstance(fn, bytes):  # a warm rank receives fn and args pickled
+            # Unpickled before the ranks synchronise: the imports fn's module makes (DDP's
+            # torch._dynamo in talk_helpers.training, seconds under spawn) are never
+            # mistaken for a rank stuck in a collective.
+            _stage("importing")
+            fn, args = pickle.loads(fn)
         # Rank 0 hosts the rendezvous store on a port the OS picks and hands it to the
         # others; the parent hosts nothing, so a fork never copies a busy store server.
         if rank == 0:
@@ -378,8 +380,6 @@ def _run_call(rank, world_size, port_queue, fn, args, collective_timeout_s,
                                 timeout=rendezvous)
         dist.distributed_c10d._set_pg_timeout(timedelta(seconds=collective_timeout_s))
         _stage(None)
-        if isinstance(fn, bytes):  # a warm rank receives fn and args pickled
-            fn, args = pickle.loads(fn)
         result = fn(rank, world_size, *args)
         elapsed = time.monotonic() - started
         try:
@@ -508,7 +508,9 @@ def _wait_gone(procs, timeout_s: float) -> None:
 
 # DistributedDataParallel imports torch._dynamo when it wraps its first model: seconds
 # in every rank, long enough for a peer to hit the collective timeout. Forked ranks
-# inherit it from the parent; other ranks import it before they synchronise.
+# inherit it from the parent, forkserver ranks from the server's preload; spawned ranks
+# import it only for a function that needs it (talk_helpers.training imports it), before
+# they synchronise: a world that only reads data does not pay for it.
 WARM_IMPORTS = ("torch._dynamo",)
 WARM_ENV_VAR = "TALK_WARM_WORLD"
 

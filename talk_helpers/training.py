@@ -13,7 +13,8 @@ import time
 from datetime import timedelta
 
 import torch
-import torch.distributed as dist
+import torch._dynamo  # noqa: F401 - DDP imports it when it wraps a model (a second or more
+import torch.distributed as dist  # under spawn): here it happens before the ranks synchronise
 from torch.nn.parallel import DistributedDataParallel
 
 from talk_helpers.distributed import report_progress
