@@ -198,7 +198,7 @@ def run_epochs(loader, dataset=None, epochs=2, set_epoch=True):
     return out
 
 
-def digest(seed: int, epochs: int = 2, num_workers: int = 2) -> dict:
+def digest(seed: int, epochs: int = 2, num_workers: int = 1) -> dict:
     """Seed torch, run ``epochs`` epochs of a loader whose order and augmentations come
     from DataLoader's worker seeding, and summarise what came out."""
     torch.manual_seed(seed)
@@ -216,6 +216,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.start_method:
         torch.multiprocessing.set_start_method(args.start_method, force=True)
+    if args.start_method == "forkserver":  # as in the notebooks: workers fork with torch loaded
+        torch.multiprocessing.set_forkserver_preload(["torch"])
     print(json.dumps(digest(args.seed)))
 
 
