@@ -1,7 +1,7 @@
 """How long does each notebook cell take under fork, forkserver and spawn?
 
 Run: ``make bench-notebooks`` (or ``.venv/bin/python benchmarks/notebook_times.py
-[--methods fork spawn] [notebooks/05_ddp_sharding.ipynb ...]``: a partial run prints its
+[--methods fork,spawn] [notebooks/05_ddp_sharding.ipynb ...]``: a partial run prints its
 tables and writes them only where ``--output`` says). Every notebook runs top to
 bottom in a fresh kernel once per start method (``TALK_START_METHOD``), one notebook at a
 time, and nothing is written back to the notebooks. Writes one table per start method to
@@ -221,10 +221,20 @@ def table(method: str, rows: list[dict], walls: dict[str, float], loads: dict[st
     return "\n".join(lines)
 
 
+def _methods(text: str) -> list[str]:
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    wrong = [m for m in methods if m not in METHODS]
+    if wrong or not methods:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give one or more of {', '.join(METHODS)}, separated by commas")
+    return methods
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path)
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--methods", type=_methods, default=list(METHODS),
+                        help="comma-separated start methods (default: fork,forkserver,spawn)")
     parser.add_argument("--output", type=Path, default=None,
                         help=f"where to write the tables (default: {RESULTS.relative_to(ROOT)} "
                              "for a full run of every notebook under every method, "

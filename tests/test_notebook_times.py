@@ -56,3 +56,10 @@ def test_the_table_names_cells_over_target_and_the_honest_exceptions():
     text = nt.table("spawn", rows, {"06_x": 11.0}, {"06_x": "0.1"}, "0.2")
     assert "Cells over target (1): 06 cell 4 (4.0 s > 3 s)" in text
     assert "- 06 cell 1 (6.0 s): spawn start-up is the lesson" in text
+
+
+def test_methods_are_given_comma_separated_before_or_after_the_notebooks():
+    assert nt._methods("spawn") == ["spawn"]
+    assert nt._methods("fork,spawn") == ["fork", "spawn"]
+    with pytest.raises(Exception, match="one or more of fork, forkserver, spawn"):
+        nt._methods("fork,vfork")
