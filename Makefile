@@ -14,16 +14,19 @@ NBVAL  := $(BIN)/python -m pytest --nbval --nbval-current-env \
 .PHONY: setup lab test lint unit notebooks notebooks-fork notebooks-forkserver notebooks-spawn \
         browser chromium outputs imgs present slides bench bench-notebooks clean
 
+# jupyterlab/overrides.json: JupyterLab's defaults for this lab (no news pop-up over a slide).
 # Installs only when the pins change: a second `make test` goes straight to the tests.
 # requirements-audit.txt holds libraries only notebook 10 audits: --no-deps keeps torchvision
 # (and a second torch) out; check_requirements.py is `pip check` naming their known gaps.
-$(STAMP): requirements.txt requirements-audit.txt pyproject.toml
+$(STAMP): requirements.txt requirements-audit.txt pyproject.toml jupyterlab/overrides.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip install --quiet --no-deps -r requirements-audit.txt
 	$(BIN)/python scripts/check_requirements.py
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	cp jupyterlab/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $@
 
 setup: $(STAMP)

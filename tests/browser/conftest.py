@@ -32,12 +32,13 @@ def _free_port() -> int:
 
 
 def _write_settings(settings_dir: Path) -> None:
-    """Every cell stays in the DOM (no windowing) and nothing asks before it runs."""
+    """Every cell stays in the DOM (no windowing) and nothing asks before it runs.
+
+    The news pop-up is left to the project's own jupyterlab/overrides.json (installed into
+    the environment by `make setup`), so the tests see what `make lab` shows."""
     settings = {
         "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {
             "windowingMode": "none", "autoStartDefaultKernel": True},
-        "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
-            "fetchNews": "false", "checkForUpdates": False},
     }
     for name, value in settings.items():
         path = settings_dir / name
@@ -70,7 +71,7 @@ def lab_server(tmp_path_factory):
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
          f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
-         "--LabApp.news_url=", "--ServerApp.disable_check_xsrf=True", "--allow-root"],
+         "--ServerApp.disable_check_xsrf=True", "--allow-root"],
         env=env, stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"))
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120

@@ -129,3 +129,9 @@ def test_rise_slideshow_of_the_index_renders_its_first_slide(page, lab_url, scre
     first.wait_for(state="visible", timeout=120_000)
     assert "What Could Go Wrong" in first.inner_text()
     page.screenshot(path=screenshots / "00_index_slideshow.png")
+
+
+def test_jupyterlab_never_asks_about_news_over_a_notebook(page, lab_url):
+    _open(page, lab_url, NOTEBOOKS[0].name)
+    page.wait_for_timeout(4000)  # the question would arrive a moment after the lab loads
+    assert page.get_by_text("official Jupyter news").count() == 0
