@@ -253,9 +253,9 @@ class Simulation:
             return f"✔ every rank gets {counts[0]} batches: DDP steps in lockstep"
         low = min(counts)
         longer = [r for r, c in enumerate(counts) if c > low]
-        return (f"✘ batches per rank differ {counts}: at step {low + 1} rank(s) "
-                f"{', '.join(map(str, longer))} wait in a collective that the others never "
-                f"join → DDP hangs")
+        waits = "waits" if len(longer) == 1 else "wait"
+        return (f"✘ batches per rank differ {counts}: at step {low + 1} {ranks_named(longer)} "
+                f"{waits} in a collective that the others never join → DDP hangs")
 
     def _rows(self) -> list[tuple[int, int, int, str]]:
         return [(r, self.batches_per_rank[r], self.samples_per_rank[r],
@@ -300,8 +300,16 @@ class SimulationCheck:
             return (f"✔ the simulator predicted every batch of every rank: batches per rank "
                     f"{self.real_batches}, samples per rank {self.real_samples}")
         wrong = [r for r, same in enumerate(self.same_ids) if not same]
-        return (f"✘ the simulator is wrong on rank(s) {', '.join(map(str, wrong))}: predicted "
+        return (f"✘ the simulator is wrong on {ranks_named(wrong)}: predicted "
                 f"batches {self.predicted_batches}, real {self.real_batches}")
+
+
+def ranks_named(ranks) -> str:
+    """'rank 0', 'ranks 0 and 1', 'ranks 0, 1 and 2'."""
+    names = [str(r) for r in ranks]
+    if len(names) == 1:
+        return f"rank {names[0]}"
+    return f"ranks {', '.join(names[:-1])} and {names[-1]}"
 
 
 def _dataloader_batches(streams: list[np.ndarray], batch_size: int,

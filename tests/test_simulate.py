@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader
 
 from talk_helpers.simulate import (
     POLICIES,
+    ranks_named,
     seed000_rule,
     seed001_rule,
     shard_sizes_for,
@@ -216,4 +217,15 @@ def test_compare_confirms_a_matching_run_and_names_the_rank_that_differs():
     real[1] = real[1][:-1]
     check = sim.compare(real)
     assert not check.ok and check.same_ids == [True, False]
-    assert "rank(s) 1" in repr(check)
+    assert "wrong on rank 1:" in repr(check)
+
+
+@pytest.mark.parametrize("ranks, words", [([0], "rank 0"), ([0, 1], "ranks 0 and 1"),
+                                          ([1, 2, 3], "ranks 1, 2 and 3")])
+def test_ranks_are_named_in_plain_english(ranks, words):
+    assert ranks_named(ranks) == words
+
+
+def test_a_hang_verdict_names_the_waiting_rank_in_the_singular():
+    sim = simulate([5, 3], nodes=2, workers=0, micro_batch_size=1)
+    assert "rank 0 waits in a collective" in sim.verdict
