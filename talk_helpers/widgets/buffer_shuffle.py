@@ -11,8 +11,6 @@ histogram of the first batches.
 
 from __future__ import annotations
 
-import io
-
 import ipywidgets as widgets
 import numpy as np
 
@@ -26,11 +24,20 @@ from talk_helpers.toy.shuffling import (
     rebatched_orders,
     simulate_loader,
 )
+from talk_helpers.widgets.still import WithStill, figure_png, png_width
 
 __all__ = ["BufferExplorer", "explore"]
 
 
-class BufferExplorer(widgets.VBox):
+SLIDER = {"style": {"description_width": "70px"}, "continuous_update": False,
+          "layout": widgets.Layout(width="320px")}   # a track of ≥ 250 px: easy to drag
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+class BufferExplorer(WithStill, widgets.VBox):
     """Sliders for buffer size, workers and shards (and an optional main-process
     rebatch buffer); the figure and the verdict redraw whenever one of them changes."""
 
@@ -38,30 +45,39 @@ class BufferExplorer(widgets.VBox):
                  batch_size=20):
         self.batch_size = batch_size
         self.labels = labels_of()
-        style = {"description_width": "initial"}
-        self.buffer = widgets.IntSlider(buffer_size, 1, SIZE, description="buffer size",
-                                        style=style, continuous_update=False)
-        self.workers = widgets.IntSlider(num_workers, 1, 4, description="workers",
-                                         style=style, continuous_update=False)
-        self.shards = widgets.IntSlider(num_shards, 1, 24, description="shards",
-                                        style=style, continuous_update=False)
-        self.rebatch = widgets.IntSlider(rebatch_buffer, 0, SIZE, step=20,
-                                         description="main-process rebatch buffer (0 = off)",
-                                         style=style, continuous_update=False)
-        self.image = widgets.Image(format="png")
-        self.verdict = widgets.HTML()
+        self.buffer = widgets.IntSlider(
+            buffer_size, 1, SIZE, description="buffer", **SLIDER,
+            tooltip="samples each worker's shuffle buffer holds")
+        self.workers = widgets.IntSlider(
+            num_workers, 1, 4, description="workers", **SLIDER,
+            tooltip="DataLoader workers (each reads its own shards)")
+        self.shards = widgets.IntSlider(
+            num_shards, 1, 24, description="shards", **SLIDER,
+            tooltip="shards the dataset is stored in (each sorted by class)")
+        self.rebatch = widgets.IntSlider(
+            rebatch_buffer, 0, SIZE, step=20, description="rebatch", **SLIDER,
+            tooltip="a second shuffle buffer in the main process, across "
+                                "workers' batches (0 = off)")
+        # Shown at its natural size (never stretched) beside the verdict it illustrates.
+        self.image = widgets.Image(format="png", layout=widgets.Layout(flex="0 0 auto"))
+        self.verdict = widgets.HTML(layout=widgets.Layout(flex="1 1 260px", min_width="260px"))
         self.redraws = 0
         self.report = None
         for slider in (self.buffer, self.workers, self.shards, self.rebatch):
             slider.observe(self._on_change, names="value")
-        super().__init__([widgets.HBox([self.buffer, self.workers, self.shards]),
-                          self.rebatch, self.verdict, self.image])
+        controls = widgets.GridBox(
+            [self.buffer, self.workers, self.shards, self.rebatch],
+            layout=widgets.Layout(grid_template_columns="repeat(2, 320px)",
+                                  grid_gap="2px 24px"))
+        picture = widgets.HBox([self.image, self.verdict],
+                               layout=widgets.Layout(align_items="center", grid_gap="16px"))
+        super().__init__([controls, picture])
         self.redraw()
 
     def __repr__(self) -> str:
-        return (f"BufferExplorer(buffer size {self.buffer.value}, {self.workers.value} "
-                f"worker(s), {self.shards.value} shard(s), rebatch buffer "
-                f"{self.rebatch.value}) · mixing {self.report.mixing:.2f}")
+        return (f"BufferExplorer(buffer {self.buffer.value}, "
+                f"{_plural(self.workers.value, 'worker')}, {_plural(self.shards.value, 'shard')}, "
+                f"rebatch {self.rebatch.value or 'off'}) · mixing {self.report.mixing:.2f}")
 
     def _on_change(self, _change):
         self.redraw()
@@ -77,20 +93,35 @@ class BufferExplorer(widgets.VBox):
                     for o in orders]
         return runs
 
+    def _title(self) -> str:
+        return (f"buffer {self.buffer.value}, {_plural(self.workers.value, 'worker')}, "
+                f"{_plural(self.shards.value, 'shard')}"
+                + (f", rebatch {self.rebatch.value}" if self.rebatch.value else ""))
+
+    def _figure(self, runs):
+        return class_mix([(self._title(), runs[0], self.report)], self.labels, CLASSES)
+
     def redraw(self):
-        runs = self.epochs()
-        self.report = shuffle_report([np.concatenate(r) for r in runs], groups=self.labels,
-                                     batch_size=self.batch_size)
+        self.runs = self.epochs()
+        self.report = shuffle_report([np.concatenate(r) for r in self.runs],
+                                     groups=self.labels, batch_size=self.batch_size)
         self.verdict.value = self.report._repr_html_()
-        title = (f"buffer {self.buffer.value}, {self.workers.value} worker(s), "
-                 f"{self.shards.value} shard(s)")
-        fig = class_mix([(title, runs[0], self.report)], self.labels, CLASSES)
         # Drawn into the Image widget's bytes: no output messages, so the redraw looks the
-        # same in JupyterLab, in a headless run and in nbval.
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png")
-        self.image.value = buffer.getvalue()
+        # same in JupyterLab, in a headless run and in nbval. 100 dpi: one figure pixel is
+        # one screen pixel, and the width is set so the browser never stretches it.
+        fig = self._figure(self.runs)
+        self.image.value = figure_png(fig, dpi=100)
+        self.image.width = str(png_width(self.image.value))
         self.redraws += 1
+
+    def still_png(self) -> bytes:
+        """The heat map with the verdict's first line under it (slides, static pages)."""
+        fig = self._figure(self.runs)
+        fig.set_figheight(fig.get_figheight() + 0.5)
+        fig.text(0.5, 0.0, repr(self.report).splitlines()[0].replace(" · ", "\n"),
+                 ha="center", va="top",
+                 fontsize=10, color="#009E73" if self.report.ok else "#D55E00")
+        return figure_png(fig, dpi=100)
 
 
 def explore(**kwargs) -> BufferExplorer:

@@ -13,12 +13,16 @@ for a map-style dataset, sends and receives in the order the main process did.
 """
 
 import html
+import textwrap
 from collections import deque
 from dataclasses import dataclass
 
-from talk_helpers.notebook import PALETTE
+import ipywidgets as widgets
 
-__all__ = ["Step", "replay", "render_step", "step_through"]
+from talk_helpers.notebook import PALETTE
+from talk_helpers.widgets.still import WithStill, figure_png, table_figure
+
+__all__ = ["Step", "StepThrough", "replay", "render_step", "step_through"]
 
 DONE = "done"
 
@@ -221,19 +225,82 @@ def _sent(steps, k):
     return len(seen)
 
 
+NONE_NOTE = ("Why <code>[None, None, None]</code>? An iterable dataset has no indices to "
+             "send. Its sampler (<code>_InfiniteConstantSampler</code>) yields "
+             "<code>None</code> forever, batched into one <code>None</code> per sample; the "
+             "worker calls <code>next()</code> on its own copy of the dataset's iterator once "
+             "per <code>None</code>. Which samples come out is the worker's business, not the "
+             "main process's.")
+
+
 def step_through(run, start=0):
-    """A slider (with a play button) over every step of ``run``'s replay."""
-    import ipywidgets as widgets
+    """A widget over every step of ``run``'s replay: ◀ / ▶, play, and a slider."""
+    return StepThrough(run, start)
 
-    steps = replay(run)
-    slider = widgets.IntSlider(value=start, min=0, max=len(steps) - 1, description="step",
-                               continuous_update=True)
-    play = widgets.Play(value=start, min=0, max=len(steps) - 1, interval=1200)
-    widgets.jslink((play, "value"), (slider, "value"))
-    view = widgets.HTML(render_step(steps, start))
 
-    def show(change):
-        view.value = render_step(steps, change["new"])
+def _step_table(steps, k) -> tuple[list[str], list[list[str]]]:
+    """Step ``k`` as plain-text rows, one per worker (for the still picture)."""
+    step = steps[k]
+    header = ["worker", "index queue", "status", "result queue", "training loop got"]
+    results = " ".join(f"t{t}:" + ("done" if ids == DONE else str(list(ids)))
+                       for t, _, ids in step.result_queue) or "empty"
+    got = " ".join(str(list(ids)) for _, ids in step.delivered) or "nothing yet"
+    rows = []
+    for w in range(len(step.workers)):
+        queue = " ".join(f"t{t}:{label}" for t, label in step.index_queues[w]) or "empty"
+        rows.append([str(w), queue, step.workers[w], results if w == 0 else "",
+                     got if w == 0 else ""])
+    return header, rows
 
-    slider.observe(show, names="value")
-    return widgets.VBox([widgets.HBox([play, slider]), view])
+
+class StepThrough(WithStill, widgets.VBox):
+    """◀ / ▶ buttons, play and a slider over the steps, and the step drawn below."""
+
+    def __init__(self, run, start=0):
+        self.steps = replay(run)
+        self.kind = run.kind
+        last = len(self.steps) - 1
+        if not 0 <= start <= last:
+            raise ValueError(f"start must be between 0 and {last}, got {start!r}")
+        self.slider = widgets.IntSlider(
+            value=start, min=0, max=last, description="step", continuous_update=True,
+            tooltip="drag, or click and use the arrow keys",
+            style={"description_width": "40px"}, layout=widgets.Layout(width="360px"))
+        self.play = widgets.Play(value=start, min=0, max=last, interval=1200,
+                                 tooltip="play every step")
+        widgets.jslink((self.play, "value"), (self.slider, "value"))
+        self.back = widgets.Button(description="◀", tooltip="previous step",
+                                   layout=widgets.Layout(width="44px"))
+        self.forward = widgets.Button(description="▶", tooltip="next step",
+                                      layout=widgets.Layout(width="44px"))
+        self.back.on_click(lambda _: self.go(self.slider.value - 1))
+        self.forward.on_click(lambda _: self.go(self.slider.value + 1))
+        self.view = widgets.HTML(self._html(start))
+        self.slider.observe(self._show, names="value")
+        super().__init__([widgets.HBox([self.back, self.forward, self.play, self.slider]),
+                          self.view])
+
+    def go(self, k: int) -> None:
+        """Show step ``k`` (clipped to the first and last step)."""
+        self.slider.value = min(max(k, 0), len(self.steps) - 1)
+
+    def _show(self, change):
+        self.view.value = self._html(change["new"])
+
+    def _html(self, k) -> str:
+        note = f"<p><small>{NONE_NOTE}</small></p>" if self.kind != "map-style" else ""
+        return render_step(self.steps, k) + note
+
+    def __repr__(self) -> str:
+        k = self.slider.value
+        return f"Step {k} of {len(self.steps) - 1}: {self.steps[k].caption}"
+
+    def still_png(self) -> bytes:
+        """The current step as a table under its caption (slides, static pages)."""
+        k = self.slider.value
+        header, rows = _step_table(self.steps, k)
+        caption = "\n".join(textwrap.wrap(
+            f"Step {k} of {len(self.steps) - 1}. {self.steps[k].caption}", 110))
+        footer = ("[None, None, None]: an iterable dataset has no indices; the worker "
+                  "calls next() once per None." if self.kind != "map-style" else "")
+        return figure_png(table_figure(caption, header, rows, footer=footer, width=10))
