@@ -202,7 +202,8 @@ def digest(seed: int, epochs: int = 2, num_workers: int = 1) -> dict:
     """Seed torch, run ``epochs`` epochs of a loader whose order and augmentations come
     from DataLoader's worker seeding, and summarise what came out."""
     torch.manual_seed(seed)
-    loader = DataLoader(WorkerSeededAugment(size=24), batch_size=4, num_workers=num_workers)
+    loader = DataLoader(WorkerSeededAugment(size=24), batch_size=4, num_workers=num_workers,
+                        persistent_workers=num_workers > 0)
     runs = run_epochs(loader, epochs=epochs, set_epoch=False)
     text = json.dumps([[r["id"].tolist(), r["aug"].tolist()] for r in runs])
     return {"seed": seed, "first augmentations": [r["aug"][:6].tolist() for r in runs],
