@@ -55,7 +55,8 @@ def test_every_slider_has_a_short_label_a_tooltip_and_a_wide_track(iterable_run)
             assert slider.tooltip, slider.description
             width = int(slider.layout.width.removesuffix("px"))
             label = int(slider.style.description_width.removesuffix("px"))
-            assert width - label >= 250, slider.description
+            # the readout and margins take up to ~100 px of what the label leaves
+            assert width - label - 100 >= 250, slider.description
 
 
 def test_step_buttons_move_one_step_and_stop_at_either_end(iterable_run):

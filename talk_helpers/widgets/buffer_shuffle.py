@@ -30,7 +30,7 @@ __all__ = ["BufferExplorer", "explore"]
 
 
 SLIDER = {"style": {"description_width": "70px"}, "continuous_update": False,
-          "layout": widgets.Layout(width="320px")}   # a track of ≥ 250 px: easy to drag
+          "layout": widgets.Layout(width="420px")}   # label + readout + a ≥ 250 px track
 
 
 def _plural(n: int, word: str) -> str:
@@ -67,7 +67,7 @@ class BufferExplorer(WithStill, widgets.VBox):
             slider.observe(self._on_change, names="value")
         controls = widgets.GridBox(
             [self.buffer, self.workers, self.shards, self.rebatch],
-            layout=widgets.Layout(grid_template_columns="repeat(2, 320px)",
+            layout=widgets.Layout(grid_template_columns="repeat(2, 420px)",
                                   grid_gap="2px 24px"))
         picture = widgets.HBox([self.image, self.verdict],
                                layout=widgets.Layout(align_items="center", grid_gap="16px"))

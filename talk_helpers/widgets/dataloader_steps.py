@@ -265,7 +265,7 @@ class StepThrough(WithStill, widgets.VBox):
         self.slider = widgets.IntSlider(
             value=start, min=0, max=last, description="step", continuous_update=True,
             tooltip="drag, or click and use the arrow keys",
-            style={"description_width": "40px"}, layout=widgets.Layout(width="360px"))
+            style={"description_width": "40px"}, layout=widgets.Layout(width="420px"))
         self.play = widgets.Play(value=start, min=0, max=last, interval=1200,
                                  tooltip="play every step")
         widgets.jslink((self.play, "value"), (self.slider, "value"))

@@ -14,7 +14,7 @@ from talk_helpers.widgets.still import WithStill, figure_png, table_figure
 
 __all__ = ["HangPredictor"]
 
-SLIDER_WIDTH = "340px"   # a track of ≥ 250 px after the label: easy to drag
+SLIDER_WIDTH = "440px"   # label + readout + a track of ≥ 250 px: easy to drag
 LABEL_WIDTH = "90px"
 OK, BAD = "#009E73", "#D55E00"
 CELL = "border:1px solid #999;padding:3px 10px;text-align:right"
