@@ -30,9 +30,11 @@ import itertools
 import os
 import pickle
 import random
+import signal
 import sys
 import threading
 import time
+import warnings
 
 import psutil
 import torch
@@ -183,6 +185,10 @@ atexit.register(shutdown_warm_worlds)
 
 
 def _warm_rank_main(rank, world_size, port_queue, task_queue, result_queue, caller_pid):
+    # The kernel owns a warm rank. An interrupt sent to its whole process group (Jupyter's
+    # interrupt, a kernel shutdown) is for the cell: a call it cuts short stops the world
+    # itself, and an idle world stays warm instead of dying with a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     d._rank_setup(rank, result_queue, caller_pid)
     environ = dict(os.environ)
     me = psutil.Process()
@@ -213,7 +219,10 @@ def _stop_leftovers(me: psutil.Process) -> None:
     from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
     gc.collect()  # an iterator nobody references shuts its workers down
-    for obj in gc.get_objects():
-        if isinstance(obj, _MultiProcessingDataLoaderIter):
-            obj._shutdown_workers()
+    with warnings.catch_warnings():  # isinstance on torch's deprecated aliases warns
+        warnings.simplefilter("ignore", FutureWarning)
+        iterators = [obj for obj in gc.get_objects()
+                     if isinstance(obj, _MultiProcessingDataLoaderIter)]
+    for obj in iterators:
+        obj._shutdown_workers()
     d._kill_tree([me], include_roots=False)

@@ -3,6 +3,7 @@ outlive a failure, a hang or the caller."""
 
 import functools
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -184,3 +185,12 @@ def test_warm_ranks_exit_when_the_caller_is_killed():
         time.sleep(0.2)
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"
                    for p in pids)
+
+
+def test_an_interrupt_sent_to_idle_warm_ranks_leaves_the_world_warm():
+    first = d.run_world(d.process_id, 2, **WARM)
+    for pid in first.results:
+        os.kill(pid, signal.SIGINT)
+    time.sleep(0.3)
+    again = d.run_world(d.process_id, 2, **WARM)
+    assert again.ok and again.warm and again.results == first.results
