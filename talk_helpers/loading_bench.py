@@ -15,9 +15,11 @@ which do not.
 import importlib.util
 import io
 import os
+import sys
 import tarfile
 import time
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -452,7 +454,7 @@ def profile_loop(loader: Iterable, step: Callable, *, max_steps: int = 20,
     from torch.profiler import ProfilerActivity, profile, record_function
 
     iterator = iter(loader)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(max_steps):
             with record_function("fetch batch"):
                 try:
@@ -463,6 +465,21 @@ def profile_loop(loader: Iterable, step: Callable, *, max_steps: int = 20,
                 step(batch)
     del iterator
     return prof.key_averages().table(sort_by="cpu_time_total", row_limit=row_limit)
+
+
+@contextmanager
+def _native_stderr_silenced():
+    """Send file descriptor 2 to /dev/null: the profiler's C++ side logs its start and stop
+    there, which a notebook would store as noise. Python exceptions are unaffected."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 # ---------------------------------------------------------------------------- the grid

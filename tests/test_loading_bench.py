@@ -1,6 +1,7 @@
 """The token datasets and the measuring plumbing of notebook 08: counts, never timings."""
 
 import importlib.util
+import os
 import pickle
 
 import numpy as np
@@ -157,6 +158,13 @@ def test_profile_table_names_the_labelled_regions(tokens_path):
     table = lb.profile_loop(loader, lb.make_train_step(width=8), max_steps=3,
                             row_limit=100)
     assert "fetch batch" in table and "train step" in table
+
+
+def test_profile_leaves_no_profiler_log_on_stderr_and_restores_it(tokens_path, capfd):
+    loader = lb.make_loader("batched", tokens_path, batch_size=100)
+    lb.profile_loop(loader, lb.make_train_step(width=8), max_steps=2)
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "after\n"
 
 
 def test_grid_table_has_ratios_and_the_ceiling(tokens_path):
