@@ -16,4 +16,12 @@ loader = DataLoader(MapStyleIds(12), batch_size=4, shuffle=True,
 my_worker = 1
 # Task k goes to worker k % num_workers, and batch k comes from task k: 4 % 3 == 1.
 """,
+    4: """
+my_cause = "b"
+# The report: 10 expected · 10 unique · 10 duplicated, and samples per worker 10, 10:
+# each of the 2 workers read all 10 ids. The source (talk_helpers.toy.handed_over) wraps
+# IterableIds, which never asks get_worker_info() who it is, so every worker iterates its
+# own full copy. Every batch is full and nothing raises: only a count finds it.
+# Notebook 02 shards it.
+""",
 }
