@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["FeedConfig", "FeedReport", "check_feeding", "feed_rank", "feeding_table",
-           "megatron_rank", "nanotron_rank", "results_of", "write_corpus"]
+           "build_dataset_rank", "megatron_rank", "nanotron_rank", "results_of", "write_corpus"]
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,44 @@ def megatron_rank(rank: int, world_size: int, cfg: FeedConfig) -> dict:
         bytes_read = samples.indexed.bytes_read
     role = "reads, broadcasts" if builds else ("receives" if first or last else "nothing")
     return _result(c, role, seen, bytes_read, sent, received)
+
+
+BUILD_CALLERS = ("every rank", "readers only")
+
+
+def build_dataset_rank(rank: int, world_size: int, cfg: FeedConfig, callers: str = "every rank",
+                       other_work_s: float = 3.0) -> str:
+    """Megatron's dataset builder as one rank sees it (``build_generic_dataset``).
+
+    Rank 0 builds first, then ``dist.barrier()``, then the other reading ranks build. A rank
+    that builds nothing still takes the barrier. With ``callers="readers only"`` the other
+    ranks skip the call and spend ``other_work_s`` on work without collectives (building the
+    model), so the barrier waits for them until the collective timeout.
+    """
+    import time
+
+    import torch.distributed as dist
+
+    from talk_helpers.distributed import report_progress
+    from talk_helpers.megatron_data import GPTSamples
+    from talk_helpers.parallel_groups import layout
+
+    if callers not in BUILD_CALLERS:
+        raise ValueError(f"callers must be one of {BUILD_CALLERS}, got {callers!r}")
+    c = layout(world_size, cfg.tp, cfg.dp, cfg.pp).coords(rank)
+    reader = c.tp_rank == 0 and c.pp_rank in (0, cfg.pp - 1)
+    if callers == "readers only" and not reader:
+        report_progress("skipped the builder")
+        time.sleep(other_work_s)
+        return "skipped the builder"
+    report_progress("in the builder's barrier")
+    if rank == 0 and reader:
+        GPTSamples(cfg.prefix, cfg.seq_len, seed=cfg.seed)
+    dist.barrier()
+    if rank != 0 and reader:
+        GPTSamples(cfg.prefix, cfg.seq_len, seed=cfg.seed)
+    report_progress("past the barrier")
+    return "built the dataset" if reader else "barrier only"
 
 
 def _real(value):

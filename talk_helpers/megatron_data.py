@@ -1,7 +1,11 @@
 """A tiny Megatron-LM-style data pipeline: .bin/.idx files, the three indices, the sampler.
 
 - :func:`write_indexed_dataset` / :class:`IndexedDataset`: the ``MMIDIDX`` format of
-  ``megatron/core/datasets/indexed_dataset.py`` (one sequence per document).
+  ``megatron/core/datasets/indexed_dataset.py``: lengths and byte offsets per *sequence*,
+  and ``document_indices`` marking where each document's sequences start.
+- :func:`preprocess_jsonl`: what ``tools/preprocess_data.py`` (``Encoder.encode``) makes of
+  JSON lines: one document per line, one sequence per sentence with ``--split-sentences``,
+  an end-of-document token with ``--append-eod``.
 - :func:`build_document_index`, :func:`build_sample_index`, :func:`build_shuffle_index`:
   what ``GPTDataset._build_document_sample_shuffle_indices`` computes (the sample index is a
   Python port of ``build_sample_idx`` in ``helpers.cpp``). :class:`GPTSamples` puts them
@@ -11,6 +15,8 @@
   :class:`SkipBatchSampler`: how nanotron's HF-datasets path resumes a DistributedSampler.
 - :func:`split_micro_batch` / :func:`collate_clm`: from ``[micro_batch, seq_len + 1]`` rows
   to input_ids, input_mask, label_ids, label_mask (nanotron's ``DataCollatorForCLM``).
+- :func:`gpt_sample`: the dict Megatron's current ``GPTDataset.__getitem__`` returns for one
+  sample (tokens, labels, loss_mask, position_ids, optionally attention_mask).
 """
 
 import struct
@@ -22,9 +28,9 @@ import numpy as np
 __all__ = [
     "GPTSamples", "IndexedDataset", "MegatronPretrainingRandomSampler",
     "MegatronPretrainingSampler", "SkipBatchSampler", "TensorPointer", "build_document_index",
-    "build_sample_index", "build_shuffle_index", "collate_clm", "make_documents",
-    "nanotron_rank_ids", "num_epochs_needed", "sampler_steps", "split_micro_batch",
-    "write_indexed_dataset",
+    "build_sample_index", "build_shuffle_index", "collate_clm", "gpt_sample", "make_documents",
+    "nanotron_rank_ids", "num_epochs_needed", "preprocess_jsonl", "sampler_steps",
+    "split_micro_batch", "write_indexed_dataset",
 ]
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
@@ -48,23 +54,35 @@ def make_documents(lengths, start_token: int = 1) -> list[np.ndarray]:
     return docs
 
 
-def write_indexed_dataset(prefix, documents, dtype=np.uint16) -> tuple[Path, Path]:
-    """Write ``prefix.bin`` (tokens back to back) and ``prefix.idx`` (where each one starts)."""
+def write_indexed_dataset(prefix, sequences, dtype=np.uint16,
+                          document_indices=None) -> tuple[Path, Path]:
+    """Write ``prefix.bin`` (tokens back to back) and ``prefix.idx`` (where each one starts).
+
+    ``sequences`` are token arrays (empty ones allowed); ``document_indices`` lists where each
+    document's sequences start, ``[0, ..., len(sequences)]`` (default: one sequence per
+    document), as ``IndexedDatasetBuilder.add_document`` records it.
+    """
     dtype = np.dtype(dtype).type
     if dtype not in DTYPE_CODES:
         raise ValueError(f"dtype must be one of {[d.__name__ for d in DTYPE_CODES]}, "
                          f"got {dtype!r}")
-    documents = [np.asarray(d) for d in documents]
-    _check_documents([len(d) for d in documents])
+    sequences = [np.asarray(d) for d in sequences]
+    _check_corpus([len(d) for d in sequences])
+    if document_indices is None:
+        document_indices = np.arange(len(sequences) + 1, dtype=np.int64)
+    document_indices = np.asarray(document_indices, dtype=np.int64)
+    if (len(document_indices) < 1 or document_indices[0] != 0
+            or document_indices[-1] != len(sequences) or np.any(np.diff(document_indices) < 0)):
+        raise ValueError(f"document_indices must rise from 0 to len(sequences) = "
+                         f"{len(sequences)}, got {document_indices.tolist()}")
     prefix = Path(prefix)
     bin_path, idx_path = prefix.with_suffix(".bin"), prefix.with_suffix(".idx")
-    lengths = np.array([len(d) for d in documents], dtype=np.int32)
+    lengths = np.array([len(d) for d in sequences], dtype=np.int32)
     itemsize = np.dtype(dtype).itemsize
     pointers = np.concatenate([[0], np.cumsum(lengths[:-1], dtype=np.int64) * itemsize])
     with open(bin_path, "wb") as f:
-        for doc in documents:
-            f.write(doc.astype(dtype).tobytes(order="C"))
-    document_indices = np.arange(len(documents) + 1, dtype=np.int64)  # one sequence per doc
+        for seq in sequences:
+            f.write(seq.astype(dtype).tobytes(order="C"))
     with open(idx_path, "wb") as f:
         f.write(INDEX_HEADER)
         f.write(struct.pack("<Q", INDEX_VERSION))
@@ -77,8 +95,40 @@ def write_indexed_dataset(prefix, documents, dtype=np.uint16) -> tuple[Path, Pat
     return bin_path, idx_path
 
 
+def preprocess_jsonl(lines, tokenize, *, split_sentences: bool = False,
+                     append_eod: bool = False, eod: int = 0) -> tuple[list, np.ndarray]:
+    """``(sequences, document_indices)`` of JSON lines, as ``tools/preprocess_data.py`` makes them.
+
+    Each line's ``"text"`` is one document. With ``split_sentences`` each sentence (split after
+    ``.``, ``!`` or ``?``) becomes its own sequence; sentences with no tokens are dropped. With
+    ``append_eod`` the ``eod`` token ends the document's last sequence. ``tokenize`` maps a
+    string to a list of ints.
+    """
+    import json
+    import re
+
+    if not callable(tokenize):
+        raise ValueError(f"tokenize must be a function from str to a list of ints, "
+                         f"got {tokenize!r}")
+    sequences, document_indices = [], [0]
+    for line in lines:
+        text = json.loads(line)["text"]
+        parts = [t for t in re.split(r"(?<=[.!?])\s+", text) if t] if split_sentences else [text]
+        doc = [list(tokenize(part)) for part in parts]
+        doc = [ids for ids in doc if ids]
+        if doc and append_eod:
+            doc[-1].append(eod)
+        sequences += [np.array(ids, dtype=np.int64) for ids in doc]
+        document_indices.append(len(sequences))
+    return sequences, np.array(document_indices, dtype=np.int64)
+
+
 class IndexedDataset:
-    """Read a ``.bin``/``.idx`` pair; ``get(i, offset, length)`` reads only those tokens."""
+    """Read a ``.bin``/``.idx`` pair; ``get(i, offset, length)`` reads only those tokens.
+
+    Index ``i`` is a sequence; ``document_indices[d]:document_indices[d + 1]`` are the
+    sequences of document ``d``.
+    """
 
     def __init__(self, prefix):
         prefix = Path(prefix)
@@ -124,13 +174,9 @@ class IndexedDataset:
 # document, sample and shuffle indices
 
 
-def _check_documents(lengths) -> None:
+def _check_corpus(lengths) -> None:
     if len(lengths) == 0:
-        raise ValueError("documents must not be empty: there is nothing to sample from")
-    empty = [i for i, n in enumerate(lengths) if n == 0]
-    if empty:
-        raise ValueError(f"documents {empty} have 0 tokens; every document needs at least one "
-                         f"token (end each one with an end-of-document token)")
+        raise ValueError("sequences must not be empty: there is nothing to sample from")
 
 
 def num_epochs_needed(num_samples: int, tokens_per_epoch: int, seq_len: int) -> int:
@@ -154,11 +200,12 @@ def build_sample_index(sizes, document_index, seq_len: int) -> np.ndarray:
 
     Sample ``i`` runs from row ``i`` to row ``i+1`` plus one token: ``seq_len + 1`` tokens
     of the documents laid end to end, so sample ``i+1`` starts on sample ``i``'s last token.
+    Like ``build_sample_idx`` in ``helpers.cpp``, a document of 0 tokens is passed over.
     """
     if not isinstance(seq_len, int | np.integer) or seq_len < 1:
         raise ValueError(f"seq_len must be an int >= 1, got {seq_len!r}")
     sizes = np.asarray(sizes, dtype=np.int64)
-    _check_documents(sizes)
+    _check_corpus(sizes)
     document_index = np.asarray(document_index)
     total = int(sizes[document_index].sum())
     num_samples = (total - 1) // seq_len
@@ -392,6 +439,33 @@ class TensorPointer:
     """nanotron's placeholder: the tensor lives on pipeline rank ``group_rank``."""
 
     group_rank: int
+
+
+def gpt_sample(text, *, eod: int | None = None, eod_mask_loss: bool = False,
+               create_attention_mask: bool = False) -> dict:
+    """What ``GPTDataset.__getitem__`` returns for one sample of ``seq_len + 1`` tokens.
+
+    tokens = text[:-1], labels = text[1:], loss_mask of ones (0 on EOD tokens with
+    ``eod_mask_loss``), position_ids ``0..seq_len-1``; ``attention_mask`` (``[1, S, S]``,
+    True where attention is *blocked*) only with ``create_attention_mask``.
+    """
+    import torch
+
+    text = torch.as_tensor(np.asarray(text), dtype=torch.long)
+    if text.ndim != 1 or text.numel() < 2:
+        raise ValueError(f"text must be one row of seq_len + 1 >= 2 tokens, got shape "
+                         f"{tuple(text.shape)}")
+    tokens, labels = text[:-1].contiguous(), text[1:].contiguous()
+    seq_len = tokens.numel()
+    loss_mask = torch.ones(seq_len, dtype=torch.float)
+    if eod_mask_loss and eod is not None:
+        loss_mask[tokens == eod] = 0.0
+    out = {"tokens": tokens, "labels": labels}
+    if create_attention_mask:
+        out["attention_mask"] = torch.tril(torch.ones(seq_len, seq_len)).unsqueeze(0) < 0.5
+    out["loss_mask"] = loss_mask
+    out["position_ids"] = torch.arange(seq_len, dtype=torch.long)
+    return out
 
 
 def split_micro_batch(rows) -> dict:

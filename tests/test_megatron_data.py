@@ -16,8 +16,10 @@ from talk_helpers.megatron_data import (
     build_document_index,
     build_sample_index,
     collate_clm,
+    gpt_sample,
     make_documents,
     nanotron_rank_ids,
+    preprocess_jsonl,
     sampler_steps,
     split_micro_batch,
     write_indexed_dataset,
@@ -112,16 +114,89 @@ def test_seq_len_below_one_is_rejected(seq_len):
         build_sample_index([5, 5], [0, 1], seq_len)
 
 
-def test_empty_documents_are_rejected():
-    with pytest.raises(ValueError, match="documents \\[1\\] have 0 tokens"):
-        build_sample_index([5, 0, 5], [0, 1, 2], 2)
-    with pytest.raises(ValueError, match="documents must not be empty"):
+def test_empty_documents_are_passed_over_as_megatrons_build_sample_idx_does():
+    # helpers.cpp by hand: sample 1 ends on doc 0's last token (0, 4); sample 2 takes that
+    # token, walks through the empty doc 1 and stops at offset 3 of doc 2.
+    assert build_sample_index([5, 0, 5], [0, 1, 2], 4).tolist() == [[0, 0], [0, 4], [2, 3]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=2, max_size=12).filter(lambda s: sum(s) >= 4),
+       st.integers(1, 3))
+def test_samples_over_a_corpus_with_empty_documents_are_cut_from_its_tokens(sizes, seq_len):
+    document_index = list(range(len(sizes)))
+    sample_index = build_sample_index(sizes, document_index, seq_len)
+    stream, samples = samples_from_index(sizes, document_index, sample_index, seq_len)
+    assert [s.tolist() for s in samples] == [stream[i * seq_len:i * seq_len + seq_len + 1].tolist()
+                                             for i in range(len(samples))]
+
+
+def test_a_corpus_without_sequences_is_rejected():
+    with pytest.raises(ValueError, match="sequences must not be empty"):
         build_sample_index([], [], 2)
 
 
-def test_writer_rejects_empty_documents(tmp_path):
-    with pytest.raises(ValueError, match="0 tokens"):
-        write_indexed_dataset(tmp_path / "c", [np.arange(3), np.arange(0)])
+def test_gpt_samples_read_a_corpus_with_empty_documents(tmp_path):
+    docs = make_documents([3, 0, 4, 0, 0, 5])
+    write_indexed_dataset(tmp_path / "c", docs)
+    samples = GPTSamples(tmp_path / "c", seq_len=3, shuffle=False)
+    assert [samples[i]["text"].tolist() for i in range(len(samples))] == \
+        [[1, 2, 3, 4], [4, 5, 6, 7], [7, 8, 9, 10]]
+
+
+def test_sizes_and_pointers_are_per_sequence_and_documents_group_them(tmp_path):
+    seqs = make_documents([2, 3, 4])
+    write_indexed_dataset(tmp_path / "c", seqs, document_indices=[0, 2, 2, 3])
+    ds = IndexedDataset(tmp_path / "c")
+    assert len(ds) == 3
+    assert ds.sequence_lengths.tolist() == [2, 3, 4]
+    assert ds.sequence_pointers.tolist() == [0, 4, 10]
+    assert ds.document_indices.tolist() == [0, 2, 2, 3]
+
+
+@pytest.mark.parametrize("document_indices", [[1, 3], [0, 2], [0, 3, 2, 3]])
+def test_writer_rejects_document_indices_that_do_not_cover_the_sequences(tmp_path,
+                                                                         document_indices):
+    with pytest.raises(ValueError, match="must rise from 0 to len\\(sequences\\) = 3"):
+        write_indexed_dataset(tmp_path / "c", make_documents([1, 1, 1]),
+                              document_indices=document_indices)
+
+
+def _lengths_as_tokens(text):
+    return [len(word) for word in text.split()]
+
+
+def test_preprocessing_makes_one_document_per_line_and_one_sequence_per_sentence_when_asked():
+    lines = ['{"text": "Hi there. Bye now!"}', '{"text": ""}', '{"text": "One more."}']
+    seqs, docs = preprocess_jsonl(lines, _lengths_as_tokens)
+    assert [s.tolist() for s in seqs] == [[2, 6, 3, 4], [3, 5]]
+    assert docs.tolist() == [0, 1, 1, 2]
+    seqs, docs = preprocess_jsonl(lines, _lengths_as_tokens, split_sentences=True,
+                                  append_eod=True, eod=0)
+    assert [s.tolist() for s in seqs] == [[2, 6], [3, 4, 0], [3, 5, 0]]
+    assert docs.tolist() == [0, 2, 2, 3]
+
+
+def test_preprocessing_rejects_a_tokenizer_that_is_not_a_function():
+    with pytest.raises(ValueError, match="tokenize must be a function"):
+        preprocess_jsonl(['{"text": "a"}'], tokenize="gpt2")
+
+
+def test_gpt_sample_has_megatrons_keys_and_shapes():
+    out = gpt_sample(np.arange(9))
+    assert list(out) == ["tokens", "labels", "loss_mask", "position_ids"]
+    assert out["tokens"].tolist() == list(range(8)) and out["labels"].tolist() == list(range(1, 9))
+    assert out["position_ids"].tolist() == list(range(8))
+    with_mask = gpt_sample(np.arange(9), create_attention_mask=True, eod=3, eod_mask_loss=True)
+    assert tuple(with_mask["attention_mask"].shape) == (1, 8, 8)
+    blocked = with_mask["attention_mask"][0]
+    assert bool(blocked[0, 1]) and not bool(blocked[1, 0])   # True = may not attend
+    assert with_mask["loss_mask"].tolist() == [1, 1, 1, 0, 1, 1, 1, 1]
+
+
+def test_gpt_sample_rejects_a_batch():
+    with pytest.raises(ValueError, match="text must be one row"):
+        gpt_sample(np.zeros((2, 9)))
 
 
 def test_gpt_samples_read_the_shuffled_samples_from_disk(tmp_path):
