@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["FeedConfig", "FeedReport", "check_feeding", "feed_rank", "feeding_table",
-           "build_dataset_rank", "megatron_rank", "nanotron_rank", "results_of", "write_corpus"]
+__all__ = ["FeedConfig", "FeedReport", "build_dataset_rank", "check_feeding", "feed_rank",
+           "feeding_table", "make_mystery_dp_loader", "megatron_rank", "nanotron_rank",
+           "results_of", "write_corpus"]
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,20 @@ def megatron_rank(rank: int, world_size: int, cfg: FeedConfig) -> dict:
         bytes_read = samples.indexed.bytes_read
     role = "reads, broadcasts" if builds else ("receives" if first or last else "nothing")
     return _result(c, role, seen, bytes_read, sent, received)
+
+
+def make_mystery_dp_loader(rank: int, world_size: int, epoch: int, *, size: int = 32,
+                           micro_batch_size: int = 2):
+    """A data-parallel loader of a TP=2 job with one bug, to diagnose with ``audit``.
+
+    ``rank`` and ``world_size`` are the DP rank and DP size, as ``audit`` passes them.
+    """
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    tp = 2
+    sampler = DistributedSampler(range(size), num_replicas=world_size * tp, rank=rank * tp,
+                                 shuffle=False, drop_last=True)
+    return DataLoader(range(size), batch_size=micro_batch_size, sampler=sampler)
 
 
 BUILD_CALLERS = ("every rank", "readers only")

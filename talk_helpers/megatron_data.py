@@ -489,6 +489,8 @@ def collate_clm(examples, *, pp_rank: int, input_pp_rank: int, output_pp_rank: i
     The first stage keeps input_ids/input_mask, the last keeps label_ids/label_mask, every
     other key is a :class:`TensorPointer`. Middle stages receive ``{}`` examples (from an
     empty dataset of the same length) and get four pointers. ``"id"`` is kept for checks.
+    Each example holds its ``seq_len + 1`` tokens under ``"input_ids"`` (nanotron's Nanoset
+    and HF paths) or ``"text"`` (:class:`GPTSamples`, Megatron's older format).
     """
     out = {"input_ids": TensorPointer(input_pp_rank), "input_mask": TensorPointer(input_pp_rank),
            "label_ids": TensorPointer(output_pp_rank),
@@ -497,7 +499,8 @@ def collate_clm(examples, *, pp_rank: int, input_pp_rank: int, output_pp_rank: i
         if any(ex for ex in examples):
             raise ValueError("a middle pipeline stage must receive empty examples")
         return out
-    parts = split_micro_batch(np.vstack([ex["text"] for ex in examples]))
+    parts = split_micro_batch(np.vstack([ex["input_ids"] if "input_ids" in ex else ex["text"]
+                                         for ex in examples]))
     if pp_rank == input_pp_rank:
         out["input_ids"], out["input_mask"] = parts["input_ids"], parts["input_mask"]
     if pp_rank == output_pp_rank:

@@ -92,3 +92,12 @@ def test_the_dataset_builder_hangs_unless_every_rank_enters_it(tmp_path):
 def test_the_builder_rejects_an_unknown_caller_rule(tmp_path):
     with pytest.raises(ValueError, match="callers must be one of"):
         build_dataset_rank(0, 8, FeedConfig(write_corpus(tmp_path)), callers="tp0")
+
+
+def test_the_mystery_loader_leaves_half_the_samples_unread():
+    from talk_helpers.audit import audit
+    from talk_helpers.feeding_3d import make_mystery_dp_loader
+
+    report = audit(make_mystery_dp_loader, world_size=2, epochs=1, expected=32, in_process=True)
+    assert report.checks[0].exactly_once.missing_ids.tolist() == list(range(1, 32, 2))
+    assert report.checks[0].exactly_once.duplicate_ids.size == 0
