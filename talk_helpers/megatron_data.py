@@ -488,7 +488,8 @@ def collate_clm(examples, *, pp_rank: int, input_pp_rank: int, output_pp_rank: i
 
     The first stage keeps input_ids/input_mask, the last keeps label_ids/label_mask, every
     other key is a :class:`TensorPointer`. Middle stages receive ``{}`` examples (from an
-    empty dataset of the same length) and get four pointers. ``"id"`` is kept for checks.
+    empty dataset of the same length) and get four pointers. ``"id"``, when every example
+    has one, is kept for checks.
     Each example holds its ``seq_len + 1`` tokens under ``"input_ids"`` (nanotron's Nanoset
     and HF paths) or ``"text"`` (:class:`GPTSamples`, Megatron's older format).
     """
@@ -505,7 +506,8 @@ def collate_clm(examples, *, pp_rank: int, input_pp_rank: int, output_pp_rank: i
         out["input_ids"], out["input_mask"] = parts["input_ids"], parts["input_mask"]
     if pp_rank == output_pp_rank:
         out["label_ids"], out["label_mask"] = parts["label_ids"], parts["label_mask"]
-    out["id"] = np.array([ex["id"] for ex in examples], dtype=np.int64)
+    if all("id" in ex for ex in examples):
+        out["id"] = np.array([ex["id"] for ex in examples], dtype=np.int64)
     return out
 
 

@@ -14,4 +14,13 @@ def my_megatron_readers(grid):
 # TP rank 0 of the first and of the last stage reads, once per DP replica; with pp=1 the
 # first stage is also the last.
 """,
+    3: """
+report = audit(mystery, world_size=2, epochs=1, expected=32, in_process=True)
+report
+# 16 unique ids, 0 duplicated, 16 missing: the odd ones. The DP ranks do not overlap, but
+# their sampler was built for 4 replicas (TP x DP) with rank = the global rank of TP rank
+# 0: replicas 1 and 3 never run, so their samples are never read. The sampler must span
+# the DP group: num_replicas=dp, rank=dp_rank.
+my_diagnosis = "half the samples are never read"
+""",
 }
