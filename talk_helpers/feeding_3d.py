@@ -194,15 +194,18 @@ BUILD_CALLERS = ("every rank", "readers only")
 
 
 def build_dataset_rank(rank: int, world_size: int, cfg: FeedConfig, callers: str = "every rank",
-                       other_work_s: float = 3.0) -> str:
+                       barrier_timeout_s: float = 1.0, other_work_s: float = 2.0) -> str:
     """Megatron's dataset builder as one rank sees it (``build_generic_dataset``).
 
-    Rank 0 builds first, then ``dist.barrier()``, then the other reading ranks build. A rank
-    that builds nothing still takes the barrier. With ``callers="readers only"`` the other
-    ranks skip the call and spend ``other_work_s`` on work without collectives (building the
-    model), so the barrier waits for them until the collective timeout.
+    Rank 0 builds first, then a barrier over the whole world, then the other reading ranks
+    build. A rank that builds nothing still takes the barrier. With
+    ``callers="readers only"`` the other ranks skip the call and spend ``other_work_s`` on
+    work without collectives (building the model). The barrier runs on a group of the whole
+    world with its own ``barrier_timeout_s``, so a rank that times out reports it and the
+    world's default group stays usable.
     """
     import time
+    from datetime import timedelta
 
     import torch.distributed as dist
 
@@ -212,6 +215,10 @@ def build_dataset_rank(rank: int, world_size: int, cfg: FeedConfig, callers: str
 
     if callers not in BUILD_CALLERS:
         raise ValueError(f"callers must be one of {BUILD_CALLERS}, got {callers!r}")
+    for name, value in (("barrier_timeout_s", barrier_timeout_s), ("other_work_s", other_work_s)):
+        if not value > 0:
+            raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=barrier_timeout_s))
     c = layout(world_size, cfg.tp, cfg.dp, cfg.pp).coords(rank)
     reader = c.tp_rank == 0 and c.pp_rank in (0, cfg.pp - 1)
     if callers == "readers only" and not reader:
@@ -221,7 +228,10 @@ def build_dataset_rank(rank: int, world_size: int, cfg: FeedConfig, callers: str
     report_progress("in the builder's barrier")
     if rank == 0 and reader:
         GPTSamples(cfg.prefix, cfg.seq_len, seed=cfg.seed)
-    dist.barrier()
+    try:
+        dist.barrier(group=group)
+    except RuntimeError:
+        return f"timed out in the builder's barrier after {barrier_timeout_s:g} s"
     if rank != 0 and reader:
         GPTSamples(cfg.prefix, cfg.seq_len, seed=cfg.seed)
     report_progress("past the barrier")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from talk_helpers.distributed import run_ranks, run_world
+from talk_helpers.distributed import run_ranks
 from talk_helpers.feeding_3d import (
     FeedConfig,
     build_dataset_rank,
@@ -78,20 +78,20 @@ def test_a_resumed_megatron_world_continues_where_the_full_one_was(world):
 
 def test_the_dataset_builder_hangs_unless_every_rank_enters_it(tmp_path):
     cfg = FeedConfig(write_corpus(tmp_path))
-    skipped = run_world(build_dataset_rank, 8, args=(cfg, "readers only", 3.0),
-                        collective_timeout_s=1.0, timeout_s=60, start_method="fork")
-    assert not skipped.ok
-    assert {r.rank for r in skipped.ranks if r.last_progress == "in the builder's barrier"} == \
-        {0, 2, 4, 6}
-    everyone = run_world(build_dataset_rank, 8, args=(cfg, "every rank"),
-                         collective_timeout_s=10, timeout_s=60, start_method="fork")
-    assert everyone.ok
-    assert everyone.results == ["built the dataset", "barrier only"] * 4
+    skipped = run_ranks(build_dataset_rank, 8, args=(cfg, "readers only", 1.0, 2.0),
+                        timeout_s=60, start_method="fork")
+    assert skipped == ["timed out in the builder's barrier after 1 s", "skipped the builder"] * 4
+    everyone = run_ranks(build_dataset_rank, 8, args=(cfg, "every rank"), timeout_s=60,
+                         start_method="fork")
+    assert everyone == ["built the dataset", "barrier only"] * 4
 
 
-def test_the_builder_rejects_an_unknown_caller_rule(tmp_path):
+def test_the_builder_rejects_bad_arguments_by_name(tmp_path):
+    cfg = FeedConfig(write_corpus(tmp_path))
     with pytest.raises(ValueError, match="callers must be one of"):
-        build_dataset_rank(0, 8, FeedConfig(write_corpus(tmp_path)), callers="tp0")
+        build_dataset_rank(0, 8, cfg, callers="tp0")
+    with pytest.raises(ValueError, match="barrier_timeout_s must be"):
+        build_dataset_rank(0, 8, cfg, barrier_timeout_s=0)
 
 
 def test_the_mystery_loader_leaves_half_the_samples_unread():
