@@ -108,3 +108,15 @@ def test_the_buffer_picture_is_shown_at_its_natural_width():
 def test_png_width_refuses_bytes_that_are_not_a_png():
     with pytest.raises(ValueError, match="png must be"):
         png_width(b"GIF89a...")
+
+
+@pytest.mark.parametrize("make, argument", [
+    (lambda: HangPredictor(nodes=100), "nodes must be from 1 to 8, got 100"),
+    (lambda: HangPredictor(workers=1.5), "workers must be an int from 0 to 8"),
+    (lambda: HangPredictor(policy="random"), "policy must be one of 'round_robin'"),
+    (lambda: BufferExplorer(num_shards=0), "num_shards must be from 1 to 24, got 0"),
+    (lambda: BufferExplorer(rebatch_buffer=30), "rebatch_buffer must be from 0 to 600 in steps"),
+])
+def test_a_starting_value_no_control_can_show_is_refused_by_name(make, argument):
+    with pytest.raises(ValueError, match=argument):
+        make()

@@ -24,6 +24,7 @@ from talk_helpers.toy.shuffling import (
     rebatched_orders,
     simulate_loader,
 )
+from talk_helpers.widgets.arguments import check_int
 from talk_helpers.widgets.still import WithStill, figure_png, png_width
 
 __all__ = ["BufferExplorer", "explore"]
@@ -43,6 +44,11 @@ class BufferExplorer(WithStill, widgets.VBox):
 
     def __init__(self, buffer_size=64, num_workers=2, num_shards=8, rebatch_buffer=0,
                  batch_size=20):
+        check_int("buffer_size", buffer_size, 1, SIZE)
+        check_int("num_workers", num_workers, 1, 4)
+        check_int("num_shards", num_shards, 1, 24)
+        check_int("rebatch_buffer", rebatch_buffer, 0, SIZE, step=20)
+        check_int("batch_size", batch_size, 1, SIZE)
         self.batch_size = batch_size
         self.labels = labels_of()
         self.buffer = widgets.IntSlider(

@@ -10,6 +10,7 @@ import html
 import ipywidgets as widgets
 
 from talk_helpers.simulate import POLICIES, seed000_rule, shard_sizes_for, simulate
+from talk_helpers.widgets.arguments import check_choice, check_int
 from talk_helpers.widgets.still import WithStill, figure_png, table_figure
 
 __all__ = ["HangPredictor"]
@@ -35,6 +36,13 @@ class HangPredictor(WithStill, widgets.VBox):
 
     def __init__(self, dataset_size=1000, num_shards=16, nodes=2, workers=2,
                  micro_batch_size=8, drop_last=False, policy="round_robin"):
+        for name, value, low, high in (("dataset_size", dataset_size, 1, 5000),
+                                       ("num_shards", num_shards, 1, 256),
+                                       ("nodes", nodes, 1, 8), ("workers", workers, 0, 8),
+                                       ("micro_batch_size", micro_batch_size, 1, 64)):
+            check_int(name, value, low, high)
+        check_choice("drop_last", drop_last, (False, True))
+        check_choice("policy", policy, POLICIES)
         self.dataset_size = _slider(dataset_size, 1, 5000, "samples",
                                     "dataset size: samples in the whole dataset")
         self.num_shards = _slider(num_shards, 1, 256, "shards",
