@@ -10,7 +10,7 @@ from talk_helpers.trace import run_loader
 from talk_helpers.widgets.buffer_shuffle import BufferExplorer
 from talk_helpers.widgets.dataloader_steps import NONE_NOTE, step_through
 from talk_helpers.widgets.hang_predictor import HangPredictor
-from talk_helpers.widgets.still import png_width
+from talk_helpers.widgets.still import png_width, short_line
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 VIEW = "application/vnd.jupyter.widget-view+json"
@@ -120,3 +120,19 @@ def test_png_width_refuses_bytes_that_are_not_a_png():
 def test_a_starting_value_no_control_can_show_is_refused_by_name(make, argument):
     with pytest.raises(ValueError, match=argument):
         make()
+
+
+def test_a_long_text_line_is_cut_at_a_word_before_ipywidgets_cuts_it_mid_word():
+    words = "the main process sends task four to worker zero " * 4
+    line = short_line(words)
+    assert len(line) <= 110 and line.endswith("…")
+    assert words.startswith(line[:-1]) and words[len(line) - 1] == " "
+    assert short_line("Step 1 of 3: short") == "Step 1 of 3: short"
+
+
+def test_the_step_through_text_line_is_never_cut_by_ipywidgets(iterable_run):
+    explorer = step_through(iterable_run)
+    for k in range(len(explorer.steps)):
+        explorer.go(k)
+        text = explorer._repr_mimebundle_()["text/plain"]
+        assert text == repr(explorer) and len(text) <= 110

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import ipywidgets as widgets
 
 from talk_helpers.notebook import PALETTE
-from talk_helpers.widgets.still import WithStill, figure_png, table_figure
+from talk_helpers.widgets.still import WithStill, figure_png, short_line, table_figure
 
 __all__ = ["Step", "StepThrough", "replay", "render_step", "step_through"]
 
@@ -293,7 +293,7 @@ class StepThrough(WithStill, widgets.VBox):
 
     def __repr__(self) -> str:
         k = self.slider.value
-        return f"Step {k} of {len(self.steps) - 1}: {self.steps[k].caption}"
+        return short_line(f"Step {k} of {len(self.steps) - 1}: {self.steps[k].caption}")
 
     def still_png(self) -> bytes:
         """The current step as a table under its caption (slides, static pages)."""

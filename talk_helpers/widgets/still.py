@@ -11,7 +11,9 @@ import struct
 
 from matplotlib.figure import Figure  # drawn without pyplot: no backend, nothing shown
 
-__all__ = ["WithStill", "figure_png", "png_width", "table_figure"]
+__all__ = ["WithStill", "figure_png", "png_width", "short_line", "table_figure"]
+
+TEXT_LIMIT = 110  # ipywidgets cuts a longer text/plain mid-word
 
 
 def figure_png(fig: Figure, dpi: int = 100) -> bytes:
@@ -19,6 +21,13 @@ def figure_png(fig: Figure, dpi: int = 100) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     return buffer.getvalue()
+
+
+def short_line(text: str, limit: int = TEXT_LIMIT) -> str:
+    """``text`` if it fits in ``limit`` characters, else cut at a word with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    return text[:limit - 1].rsplit(" ", 1)[0].rstrip(",;:") + "…"
 
 
 def png_width(png: bytes) -> int:
