@@ -276,3 +276,14 @@ def test_a_forkserver_rank_starts_its_workers_from_a_server_with_torch_preloaded
                          timeout=180)
     expected = {"start_method": "forkserver", "forkserver_preload": list(RANK_FORKSERVER_PRELOAD)}
     assert out.stdout.strip() == repr([expected, expected]), out.stderr
+
+
+def dynamo_imported(rank: int, world_size: int) -> bool:
+    import sys
+
+    return "torch._dynamo" in sys.modules
+
+
+def test_spawned_ranks_that_only_read_data_do_not_import_what_ddp_needs():
+    report = d.run_world(dynamo_imported, 2, start_method="spawn", reuse=False, timeout_s=120)
+    assert report.results == [False, False]
