@@ -29,7 +29,7 @@ TEMPLATES = Path(__file__).resolve().parent / "slides_template"
 CHROMIUM = Path("/usr/bin/chromium")
 WIDTH, HEIGHT = 1280, 720
 MIN_ZOOM = 60  # percent: below this, code on a projector is no longer readable
-FIT_PASSES = 4
+FIT_PASSES = 6
 VENDOR = {  # npm package@version -> folder under vendor/
     "reveal.js@4.0.2": "reveal.js",
     "requirejs@2.3.7": "requirejs",
@@ -174,12 +174,14 @@ def split_points(cells: list[tuple[str, int, int]], height: int = HEIGHT) -> lis
 
     A cell that starts on screen but ends below it, or starts below it, begins a new
     subslide, unless it is the slide's first cell (nothing to split off before it)."""
-    points, offset = [], None
+    points, first, offset = [], None, None
     for cell_id, top, bottom in cells:
-        if offset is None:
-            offset = top
+        if bottom <= top:
+            continue  # an empty or hidden cell takes no room
+        if first is None:
+            first = offset = top
             continue
-        if bottom - offset > height:
+        if first + bottom - offset > height:
             points.append(cell_id)
             offset = top
     return points
@@ -222,8 +224,9 @@ MEASURE_JS = """() => {
     if (slide.querySelector('section')) continue;
     Reveal.slide(...Object.values(Reveal.getIndices(slide)).slice(0, 2));
     const cells = [];
-    for (const cell of slide.querySelectorAll(':scope > .jp-Cell, :scope > div[id^="cell-id"]')) {
-      cells.push([cell.id.replace('cell-id=', ''), cell.offsetTop, cell.offsetTop + cell.offsetHeight]);
+    for (const cell of slide.querySelectorAll('.jp-Cell')) {  // fragments wrap some cells
+      const top = cell.offsetTop;
+      cells.push([cell.id.replace('cell-id=', ''), top, top + cell.offsetHeight]);
     }
     out.push({height: slide.scrollHeight, cells});
   }
