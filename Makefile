@@ -74,6 +74,7 @@ imgs: $(STAMP)
 # Presenting with RISE saves the notebook it shows: present from a copy.
 present: $(STAMP)
 	rm -rf build/talk && mkdir -p build/talk && cp -r notebooks imgs build/talk/
+	$(BIN)/python scripts/fit_talk.py build/talk/notebooks
 	$(BIN)/jupyter lab $(LAB_FLAGS) \
 	  --ServerApp.root_dir=build/talk build/talk/notebooks/00_index.ipynb
 

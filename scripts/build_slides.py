@@ -46,6 +46,7 @@ ASSET_URLS = {
     "reveal_height": str(HEIGHT),
 }
 EXTERNAL = re.compile(r"""<(?:script|link|img)[^>]+(?:src|href)=["'](?:https?:)?//""")
+ORIGIN = "slides_origin"  # index of the notebook cell a prepared cell came from
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 SEED_MENTION = re.compile(r"\b[Ss]eeds? 00[0-4]\b")
 SEEDS_SLIDE = """## Seed 000? Seed 001?
@@ -147,6 +148,7 @@ def prepare(nb):
     cells, seeds_done = [], False
     for index, cell in enumerate(nb.cells):
         cell = copy.deepcopy(cell)
+        cell.metadata[ORIGIN] = index
         if cell.cell_type == "markdown":
             cell["source"] = local_image_paths(cell["source"])
         if cell.cell_type == "code":
@@ -305,6 +307,11 @@ def render_deck(nb, path: Path) -> None:
 
 def build_deck(notebook: Path, outdir: Path, browser=None) -> Path:
     """Write NOTEBOOK's slides as OUTDIR/<stem>.slides.html, fitted if a browser is given."""
+    return build_fitted(notebook, outdir, browser)[0]
+
+
+def build_fitted(notebook: Path, outdir: Path, browser=None):
+    """The deck's path and the prepared (and, with a browser, fitted) notebook."""
     copy_assets(outdir)
     nb = prepare(nbformat.read(notebook, as_version=4))
     path = outdir / f"{notebook.stem}.slides.html"
@@ -313,7 +320,7 @@ def build_deck(notebook: Path, outdir: Path, browser=None) -> Path:
         left = fit_deck(browser, nb, path, lambda fitted: render_deck(fitted, path))
         if left:
             print(f"{path.name}: {left} slide(s) still taller than {HEIGHT}px", file=sys.stderr)
-    return path
+    return path, nb
 
 
 def copy_assets(outdir: Path) -> None:
