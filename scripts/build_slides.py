@@ -29,7 +29,7 @@ TEMPLATES = Path(__file__).resolve().parent / "slides_template"
 CHROMIUM = Path("/usr/bin/chromium")
 WIDTH, HEIGHT = 1280, 720
 MIN_ZOOM = 60  # percent: below this, code on a projector is no longer readable
-FIT_PASSES = 6
+FIT_PASSES = 10
 VENDOR = {  # npm package@version -> folder under vendor/
     "reveal.js@4.0.2": "reveal.js",
     "requirejs@2.3.7": "requirejs",
@@ -211,6 +211,66 @@ def detach_outputs(nb, cell_id: str) -> None:
             return
 
 
+def halve_markdown(source: str) -> tuple[str, str] | None:
+    """SOURCE cut at the blank line nearest its middle (outside code fences), or None."""
+    lines, fenced, cuts = source.split("\n"), False, []
+    for number, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not line.strip() and not fenced and 0 < number < len(lines) - 1:
+            cuts.append(number)
+    if not cuts:
+        return None
+    cut = min(cuts, key=lambda number: abs(number - len(lines) / 2))
+    return "\n".join(lines[:cut]).strip(), "\n".join(lines[cut:]).strip()
+
+
+def split_markdown(nb, cell_id: str) -> bool:
+    """Put the second half of a markdown cell on a subslide of its own; False if it cannot."""
+    for index, cell in enumerate(nb.cells):
+        if cell.get("id") == cell_id and cell.cell_type == "markdown":
+            halves = halve_markdown(cell.source)
+            if halves is None:
+                return False
+            rest = copy.deepcopy(cell)
+            rest["id"] = f"{cell_id}m{len(nb.cells)}"
+            cell["source"], rest["source"] = halves
+            set_slide_type(rest, "subslide")
+            nb.cells.insert(index + 1, rest)
+            return True
+    return False
+
+
+def halve_table(html: str) -> tuple[str, str] | None:
+    """An HTML table as two tables of half its rows each (the header row in both), or None."""
+    rows = [m.start() for m in re.finditer(r"<tr[\s>]", html)]
+    end = html.rfind("</table>")
+    if len(rows) < 4 or end < rows[-1] or html.count("<table") != 1:
+        return None
+    head, body = html[:rows[1]], html[rows[1]:end]
+    cut = rows[(len(rows) + 1) // 2] - rows[1]
+    tail = html[end:]
+    return head + body[:cut] + tail, head + body[cut:] + tail
+
+
+def split_table_output(nb, cell_id: str) -> bool:
+    """Show the second half of an output-only cell's HTML table on a subslide of its own."""
+    for index, cell in enumerate(nb.cells):
+        if (cell.get("id") != cell_id or cell.cell_type != "code" or len(cell.outputs) != 1
+                or "text/html" not in cell.outputs[0].get("data", {})):
+            continue
+        halves = halve_table(cell.outputs[0]["data"]["text/html"])
+        if halves is None:
+            return False
+        rest = copy.deepcopy(cell)
+        rest["id"] = f"{cell_id}t{len(nb.cells)}"
+        cell.outputs[0]["data"]["text/html"], rest.outputs[0]["data"]["text/html"] = halves
+        set_slide_type(rest, "subslide")
+        nb.cells.insert(index + 1, rest)
+        return True
+    return False
+
+
 def apply_fit(nb, splits: set[str], zooms: dict[str, int]) -> None:
     for cell in nb.cells:
         if cell.get("id") in splits and slide_type(cell) in ("-", "fragment"):
@@ -280,6 +340,10 @@ def fit_deck(browser, nb, path: Path, render) -> int:
                     continue
                 current = zooms.get(cell_id, 100)
                 zoom = zoom_for(int((bottom - top) * 100 / current))
+                if zoom == MIN_ZOOM and (split_markdown(nb, cell_id)
+                                         or split_table_output(nb, cell_id)):
+                    changed = True
+                    continue
                 if zoom and zoom < current:
                     zooms[cell_id] = zoom
                     apply_fit(nb, set(), zooms)

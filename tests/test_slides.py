@@ -95,3 +95,22 @@ def test_the_first_seed_mention_is_preceded_by_a_slide_saying_what_seeds_are():
     seeds = [c for c in cells if c.source == build_slides.SEEDS_SLIDE]
     assert len(seeds) == 1
     assert cells[cells.index(seeds[0]) + 1].source == "Seed 000 says so."
+
+
+def test_a_long_markdown_cell_is_halved_at_a_blank_line_outside_code_fences():
+    source = "para one\n\n```\ncode\n\nmore code\n```\n\npara two\n\npara three"
+    first, second = build_slides.halve_markdown(source)
+    assert first.count("```") % 2 == 0 and second.count("```") % 2 == 0
+    assert (first + "\n\n" + second).split() == source.split()
+
+
+def test_a_markdown_cell_without_a_blank_line_is_not_halved():
+    assert build_slides.halve_markdown("one line\nanother line") is None
+
+
+def test_a_long_table_is_halved_with_its_header_row_on_both_halves():
+    rows = "".join(f"<tr><td>{i}</td></tr>" for i in range(6))
+    first, second = build_slides.halve_table(f"<table><tr><th>n</th></tr>{rows}</table>")
+    assert first.count("<th>n</th>") == second.count("<th>n</th>") == 1
+    assert first.count("<td>") + second.count("<td>") == 6
+    assert first.endswith("</table>") and second.endswith("</table>")
