@@ -212,13 +212,14 @@ def detach_outputs(nb, cell_id: str) -> None:
 
 
 def halve_markdown(source: str) -> tuple[str, str] | None:
-    """SOURCE cut at the blank line nearest its middle (outside code fences), or None."""
+    """SOURCE cut at the blank line or list item nearest its middle (outside fences), or None."""
     lines, fenced, cuts = source.split("\n"), False, []
     for number, line in enumerate(lines):
         if line.lstrip().startswith("```"):
             fenced = not fenced
-        elif not line.strip() and not fenced and 0 < number < len(lines) - 1:
-            cuts.append(number)
+        elif (not fenced and 0 < number < len(lines) - 1
+              and (not line.strip() or line.startswith(("- ", "* ")))):
+            cuts.append(number)  # a blank line, or a top-level list item
     if not cuts:
         return None
     cut = min(cuts, key=lambda number: abs(number - len(lines) / 2))

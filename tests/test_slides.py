@@ -114,3 +114,8 @@ def test_a_long_table_is_halved_with_its_header_row_on_both_halves():
     assert first.count("<th>n</th>") == second.count("<th>n</th>") == 1
     assert first.count("<td>") + second.count("<td>") == 6
     assert first.endswith("</table>") and second.endswith("</table>")
+
+
+def test_a_long_list_is_halved_between_its_items():
+    first, second = build_slides.halve_markdown("- a\n- b\n- c\n- d")
+    assert first == "- a\n- b" and second == "- c\n- d"
