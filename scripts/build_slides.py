@@ -153,16 +153,20 @@ def prepare(nb):
             cell["source"] = local_image_paths(cell["source"])
         if cell.cell_type == "code":
             cell["outputs"] = slide_outputs(cell.get("outputs", []))
-        if (not seeds_done and slide_type(cell) not in ("skip", "notes")
-                and SEED_MENTION.search(cell["source"])):
+        names_seed = (not seeds_done and slide_type(cell) not in ("skip", "notes")
+                      and SEED_MENTION.search(cell["source"]))
+        if index == 0 and cell.cell_type == "markdown":
+            cells.extend(split_title(cell))
+            if names_seed:  # the title comes first; the seeds slide follows it
+                cells.append(seeds_cell())
+                seeds_done = True
+            continue
+        if names_seed:
             cells.append(seeds_cell())
             seeds_done = True
             if slide_type(cell) in ("-", "fragment"):
                 set_slide_type(cell, "subslide")
-        if index == 0 and cell.cell_type == "markdown":
-            cells.extend(split_title(cell))
-        else:
-            cells.append(cell)
+        cells.append(cell)
     nb.cells = cells
     for number, cell in enumerate(nb.cells):
         cell["id"] = f"c{number}"

@@ -119,3 +119,11 @@ def test_a_long_table_is_halved_with_its_header_row_on_both_halves():
 def test_a_long_list_is_halved_between_its_items():
     first, second = build_slides.halve_markdown("- a\n- b\n- c\n- d")
     assert first == "- a\n- b" and second == "- c\n- d"
+
+
+def test_a_title_that_names_a_seed_still_opens_the_deck():
+    title = nbformat.v4.new_markdown_cell("# Hangs\n\nSeed 000 hung.")
+    nb = nbformat.v4.new_notebook(cells=[title])
+    cells = build_slides.prepare(nb).cells
+    assert cells[0].source.startswith("# Hangs")
+    assert cells[1].source == build_slides.SEEDS_SLIDE
