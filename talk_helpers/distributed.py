@@ -36,7 +36,9 @@ spawn a new interpreter and ``import torch`` per rank, seconds. So under spawn t
 of a call are kept as a *warm world* for the next call with the same world
 size (``reuse=``, ``TALK_WARM_WORLD``; see :mod:`talk_helpers.world_pool`): still
 processes started with spawn, with a fresh process group and fresh DataLoader workers
-every call; a rank that hangs or dies stops them all. ``report.how`` says which it was.
+every call (but for the one loader a rank keeps between calls, see
+``world_pool.kept_loader``); a rank that hangs or dies stops them all. ``report.how``
+says which it was.
 
 Each rank runs with ``torch.set_num_threads(1)`` (ranks share a laptop's cores) and with
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and
@@ -327,8 +329,9 @@ def _rank_main(rank, world_size, port_queue, fn, args, result_queue, collective_
 
 
 def _run_call(rank, world_size, port_queue, fn, args, collective_timeout_s,
-              rendezvous_timeout_s, started) -> None:
-    """One call of fn in a fresh gloo process group; the outcome goes to the parent."""
+              rendezvous_timeout_s, started) -> bool:
+    """One call of fn in a fresh gloo process group; the outcome goes to the parent.
+    Returns whether fn returned (and its result could be sent)."""
     call = _world.get("call", 0)
     rendezvous = timedelta(seconds=rendezvous_timeout_s)
     store = None
@@ -398,15 +401,15 @@ def _run_call(rank, world_size, port_queue, fn, args, collective_timeout_s,
             dist.destroy_process_group()
     except Exception:
         pass
-    if store is None:
-        return
-    # The store lives in rank 0: it stays up until every rank is done with it.
-    try:
-        store.set(f"done/{rank}", "1")
-        if rank == 0:
-            store.wait([f"done/{r}" for r in range(world_size)], rendezvous)
-    except Exception:
-        pass
+    if store is not None:
+        # The store lives in rank 0: it stays up until every rank is done with it.
+        try:
+            store.set(f"done/{rank}", "1")
+            if rank == 0:
+                store.wait([f"done/{r}" for r in range(world_size)], rendezvous)
+        except Exception:
+            pass
+    return message[0] == "ok"
 
 
 # ------------------------------------------------------------------ in the parent
@@ -468,8 +471,9 @@ def _descendants(procs) -> list[psutil.Process]:
     return found
 
 
-def _kill_tree(roots, include_roots: bool = True, known=()) -> None:
-    """SIGKILL roots and all their descendants; stop roots first so they cannot fork."""
+def _kill_tree(roots, include_roots: bool = True, known=(), spare=frozenset()) -> None:
+    """SIGKILL roots and all their descendants (but the pids in ``spare``); stop roots
+    first so they cannot fork."""
     roots = [r for r in roots if r is not None]
     for r in roots:
         if include_roots:
@@ -479,7 +483,8 @@ def _kill_tree(roots, include_roots: bool = True, known=()) -> None:
                 pass
     victims = {}
     for p in [*known, *_descendants(roots), *(roots if include_roots else [])]:
-        victims[p.pid] = p
+        if p.pid not in spare:
+            victims[p.pid] = p
     for p in victims.values():
         try:
             if p.is_running():  # also guards against a reused pid

@@ -11,7 +11,11 @@ for the kernel's lifetime and gives each call what a fresh world would give it:
   collective timeout), ``torch``, ``random`` and ``numpy`` reseeded from the OS as in a
   new process (torch seeds itself randomly at start-up), and the environment restored;
 * **nothing left behind**: after every call each rank kills whatever processes it still
-  has (DataLoader workers included) before the call returns;
+  has (DataLoader workers included) before the call returns, with one exception: the
+  workers of a loader built through :func:`kept_loader` (the toy sharded loader of
+  notebook 06). A rank keeps that one loader, persistent workers and all, for the next
+  call that asks for the same loader, as a training job keeps its loader's workers
+  between epochs; any other loader, or a call that fails, stops it;
 * **no reuse after trouble**: a call in which a rank hung, died, or did not come back
   clean (process group destroyed, workers stopped) within a second of raising stops the
   whole world (every rank's process tree); the next call starts a new one. A rank that
@@ -46,6 +50,8 @@ IDLE_GRACE_S = 5.0  # after every rank reported, how long each may take to clean
 FAILED_IDLE_GRACE_S = 1.0  # the same after a call in which a rank raised
 
 _pool: dict[tuple[str, int], WarmWorld] = {}
+_kept: dict = {}  # inside a warm rank: at most one loader, by its recipe
+_in_warm_rank = False
 _lock = threading.Lock()
 _calls = itertools.count(1)
 
@@ -189,6 +195,8 @@ def _warm_rank_main(rank, world_size, port_queue, task_queue, result_queue, call
     # interrupt, a kernel shutdown) is for the cell: a call it cuts short stops the world
     # itself, and an idle world stays warm instead of dying with a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    global _in_warm_rank
+    _in_warm_rank = True
     d._rank_setup(rank, result_queue, caller_pid)
     environ = dict(os.environ)
     me = psutil.Process()
@@ -202,8 +210,10 @@ def _warm_rank_main(rank, world_size, port_queue, task_queue, result_queue, call
         random.seed()
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
-        d._run_call(rank, world_size, port_queue, payload, (), collective_timeout_s,
-                    rendezvous_timeout_s, time.monotonic())
+        ok = d._run_call(rank, world_size, port_queue, payload, (), collective_timeout_s,
+                         rendezvous_timeout_s, time.monotonic())
+        if not ok:
+            _drop_kept_loader()
         try:
             _stop_leftovers(me)
         except Exception:  # noqa: BLE001 - a worker dying now must not end the rank
@@ -213,16 +223,52 @@ def _warm_rank_main(rank, world_size, port_queue, task_queue, result_queue, call
         d._send("idle")
 
 
+def in_warm_rank() -> bool:
+    """Whether this process is a rank of a warm world."""
+    return _in_warm_rank
+
+
+def kept_loader(key, build):
+    """Inside a warm rank, the loader that ``build()`` made for the same ``key`` in an
+    earlier call, its persistent workers still running (``build`` must ask for
+    ``persistent_workers=True``); a new ``key`` stops the kept loader and keeps the new one.
+    Anywhere else (a fresh rank, a test, the kernel): ``build()``, kept by nobody."""
+    if not _in_warm_rank:
+        return build()
+    if key not in _kept:
+        _drop_kept_loader()
+        _kept[key] = build()
+    return _kept[key]
+
+
+def _drop_kept_loader() -> None:
+    for loader in _kept.values():
+        iterator = getattr(loader, "_iterator", None)
+        if iterator is not None:
+            iterator._shutdown_workers()
+    _kept.clear()
+
+
+def _kept_worker_pids() -> set[int]:
+    pids = set()
+    for loader in _kept.values():
+        iterator = getattr(loader, "_iterator", None)
+        pids.update(w.pid for w in getattr(iterator, "_workers", ()) if w.is_alive())
+    return pids
+
+
 def _stop_leftovers(me: psutil.Process) -> None:
     """Stop what a call left running in this rank: DataLoader workers through their own
-    shutdown (so the loader does not report them as crashed), anything else killed."""
+    shutdown (so the loader does not report them as crashed), anything else killed. The
+    kept loader (:func:`kept_loader`) and its workers stay."""
     from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
     gc.collect()  # an iterator nobody references shuts its workers down
+    kept = {id(getattr(loader, "_iterator", None)) for loader in _kept.values()}
     with warnings.catch_warnings():  # isinstance on torch's deprecated aliases warns
         warnings.simplefilter("ignore", FutureWarning)
         iterators = [obj for obj in gc.get_objects()
-                     if isinstance(obj, _MultiProcessingDataLoaderIter)]
+                     if isinstance(obj, _MultiProcessingDataLoaderIter) and id(obj) not in kept]
     for obj in iterators:
         obj._shutdown_workers()
-    d._kill_tree([me], include_roots=False)
+    d._kill_tree([me], include_roots=False, spare=_kept_worker_pids())

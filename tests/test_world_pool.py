@@ -32,6 +32,20 @@ def keep_workers_alive(rank: int, world_size: int) -> int:
     return len(_kept)
 
 
+def read_sharded(rank: int, world_size: int, shard_sizes=(5, 3, 3, 3),
+                 fail: bool = False) -> dict:
+    """Every batch of the toy sharded loader, and the pids of its workers."""
+    from talk_helpers.toy.ddp import make_sharded_loader
+
+    loader = make_sharded_loader(rank, world_size, 0, shard_sizes=list(shard_sizes))
+    batches = [b.tolist() for b in loader]
+    kept = loader._iterator  # None unless the workers persist
+    pids = sorted(w.pid for w in kept._workers) if kept is not None else []
+    if fail:
+        raise RuntimeError("a failing call")
+    return {"batches": batches, "workers": pids}
+
+
 def die_on_rank(rank: int, world_size: int, bad_rank: int = 1) -> int:
     """The process of ``bad_rank`` exits at once, as a segfault or an OOM kill would."""
     if rank == bad_rank:
@@ -194,3 +208,30 @@ def test_an_interrupt_sent_to_idle_warm_ranks_leaves_the_world_warm():
     time.sleep(0.3)
     again = d.run_world(d.process_id, 2, **WARM)
     assert again.ok and again.warm and again.results == first.results
+
+
+def test_a_warm_rank_keeps_the_sharded_loader_and_its_workers_for_the_same_recipe():
+    fresh = d.run_world(read_sharded, 2, start_method="fork", reuse=False).results
+    first, again = (d.run_world(read_sharded, 2, **WARM).results for _ in range(2))
+    assert [r["batches"] for r in first] == [r["batches"] for r in fresh]
+    assert again == first  # the same batches, from the same worker processes
+    assert [len(r["workers"]) for r in first] == [2, 2]
+    ranks = {p.pid for p in world_pool._pool[("fork", 2)].handles.values()}
+    kept = {pid for r in again for pid in r["workers"]}
+    assert _live_descendants() >= ranks | kept
+
+
+def test_another_recipe_or_a_failing_call_stops_the_kept_workers():
+    first = d.run_world(read_sharded, 2, **WARM).results
+    other = d.run_world(read_sharded, 2, args=((4, 4, 4, 4),), **WARM).results
+    live = _live_descendants()
+    assert not {pid for r in first for pid in r["workers"]} & live
+    assert {pid for r in other for pid in r["workers"]} <= live
+    failed = d.run_world(read_sharded, 2, args=((4, 4, 4, 4), True), **WARM)
+    assert not failed.ok
+    live = _live_descendants()
+    assert not {pid for r in other for pid in r["workers"]} & live
+    ranks = {p.pid for p in world_pool._pool[("fork", 2)].handles.values()}
+    assert live - ranks == set()
+    assert d.shutdown_warm_worlds() == 1
+    assert not _live_descendants() & live

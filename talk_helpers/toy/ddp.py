@@ -133,10 +133,24 @@ def make_sharded_loader(rank: int, world_size: int, epoch: int, *, shard_sizes,
                         workers: int = 2, batch_size: int = 4, drop_last: bool = False,
                         policy: str = "round_robin",
                         persistent_workers: bool = False) -> DataLoader:
-    """Sharded ids over ranks × workers, batched per worker like any iterable dataset."""
-    dataset = ShardedIds(shard_sizes, rank, world_size, policy)
-    return DataLoader(dataset, batch_size=batch_size, num_workers=workers, drop_last=drop_last,
-                      persistent_workers=persistent_workers and workers > 0)
+    """Sharded ids over ranks × workers, batched per worker like any iterable dataset.
+
+    In a warm world (spawn) each rank keeps this loader and its workers, persistent, for
+    the next call that builds the same one (``world_pool.kept_loader``): the batches are
+    those of a new loader, without starting two interpreters per rank for every cell."""
+
+    def build(persistent: bool) -> DataLoader:
+        dataset = ShardedIds(shard_sizes, rank, world_size, policy)
+        return DataLoader(dataset, batch_size=batch_size, num_workers=workers,
+                          drop_last=drop_last, persistent_workers=persistent and workers > 0)
+
+    from talk_helpers import world_pool
+
+    if workers == 0 or not world_pool.in_warm_rank():
+        return build(persistent_workers)
+    recipe = ("sharded", rank, world_size, tuple(shard_sizes), workers, batch_size,
+              drop_last, policy)
+    return world_pool.kept_loader(recipe, lambda: build(True))
 
 
 def make_unsharded_loader(rank: int, world_size: int, epoch: int, *, size: int = 40,
