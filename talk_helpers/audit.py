@@ -95,8 +95,11 @@ def collect_batches(rank: int, world_size: int, make_loader: Callable, epochs: i
     batch's ids and, for a DataLoader, the worker that collated it. Runs in every rank."""
     extract = ids_of if batch_ids is None else (lambda batch: ids_of(batch_ids(batch)))
     out = []
+    from talk_helpers import world_pool
+
     for epoch in range(epochs):
-        loader = make_loader(rank, world_size, epoch)
+        with world_pool.fresh_loaders():
+            loader = make_loader(rank, world_size, epoch)
         num_workers, original = None, None
         # Tag each batch with the worker that collated it. Not with persistent workers:
         # they would keep the tagging collate_fn after the audit.
@@ -317,7 +320,7 @@ class AuditReport:
                 out.append(("✘", "order not judged: shuffle=True needs epochs ≥ 2"))
         idle = max((c for c in self.checks), key=lambda c: len(c.idle_workers), default=None)
         if idle is not None and idle.idle_workers:
-            total = sum(len(w) for w in idle.worker_samples)
+            total = sum(len(w) for w in idle.worker_samples if w is not None)
             out.append(("⚠", f"{len(idle.idle_workers)} of {total} workers idle"))
         notes = [c.design_note() for c in self.checks if c.once_ok and c.design_note()]
         if notes:

@@ -29,6 +29,7 @@ the next call, and a module edited on disk is not re-imported. Pass ``reuse=Fals
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import itertools
 import os
@@ -52,6 +53,7 @@ FAILED_IDLE_GRACE_S = 1.0  # the same after a call in which a rank raised
 _pool: dict[tuple[str, int], WarmWorld] = {}
 _kept: dict = {}  # inside a warm rank: at most one loader, by its recipe
 _in_warm_rank = False
+_keeping = True  # False while the audit builds its loaders
 _lock = threading.Lock()
 _calls = itertools.count(1)
 
@@ -223,9 +225,21 @@ def _warm_rank_main(rank, world_size, port_queue, task_queue, result_queue, call
         d._send("idle")
 
 
-def in_warm_rank() -> bool:
-    """Whether this process is a rank of a warm world."""
-    return _in_warm_rank
+def keeps_loaders() -> bool:
+    """Whether :func:`kept_loader` keeps loaders here: in a warm rank, outside an audit."""
+    return _in_warm_rank and _keeping
+
+
+@contextlib.contextmanager
+def fresh_loaders():
+    """Loaders built inside are never kept: the audit tags each batch with its worker,
+    which only a loader whose workers start after the tagging can do."""
+    global _keeping
+    before, _keeping = _keeping, False
+    try:
+        yield
+    finally:
+        _keeping = before
 
 
 def kept_loader(key, build):
@@ -233,7 +247,7 @@ def kept_loader(key, build):
     earlier call, its persistent workers still running (``build`` must ask for
     ``persistent_workers=True``); a new ``key`` stops the kept loader and keeps the new one.
     Anywhere else (a fresh rank, a test, the kernel): ``build()``, kept by nobody."""
-    if not _in_warm_rank:
+    if not keeps_loaders():
         return build()
     if key not in _kept:
         _drop_kept_loader()

@@ -235,3 +235,15 @@ def test_another_recipe_or_a_failing_call_stops_the_kept_workers():
     assert live - ranks == set()
     assert d.shutdown_warm_worlds() == 1
     assert not _live_descendants() & live
+
+
+def test_an_audit_in_a_warm_world_builds_its_own_loaders_and_sees_every_worker(monkeypatch):
+    from talk_helpers.audit import audit
+    from talk_helpers.toy.ddp import make_sharded_loader
+
+    monkeypatch.setenv("TALK_WARM_WORLD", "1")
+    kept = d.run_world(read_sharded, 2, **WARM).results
+    report = audit(functools.partial(make_sharded_loader, shard_sizes=[5, 3, 3, 3]),
+                   world_size=2, epochs=1, start_method="fork")
+    assert report.checks[0].worker_samples == [[5, 3], [3, 3]]
+    assert d.run_world(read_sharded, 2, **WARM).results == kept  # still kept

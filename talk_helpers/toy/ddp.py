@@ -146,7 +146,7 @@ def make_sharded_loader(rank: int, world_size: int, epoch: int, *, shard_sizes,
 
     from talk_helpers import world_pool
 
-    if workers == 0 or not world_pool.in_warm_rank():
+    if workers == 0 or not world_pool.keeps_loaders():
         return build(persistent_workers)
     recipe = ("sharded", rank, world_size, tuple(shard_sizes), workers, batch_size,
               drop_last, policy)
