@@ -20,8 +20,6 @@ import atexit
 import os
 import sys
 
-_registered = False
-
 
 def end_finished_worker() -> None:
     """In a DataLoader worker whose loop has run: flush and ``os._exit(0)``. Else nothing."""
@@ -36,11 +34,7 @@ def end_finished_worker() -> None:
     os._exit(0)
 
 
-def register() -> bool:
-    """Register :func:`end_finished_worker` at exit, once per process."""
-    global _registered
-    if _registered:
-        return False
+def register() -> None:
+    """Register :func:`end_finished_worker` at exit, once however often it is called."""
+    atexit.unregister(end_finished_worker)
     atexit.register(end_finished_worker)
-    _registered = True
-    return True
