@@ -588,7 +588,7 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
         world = distributed.run_world(
             collect_batches, world_size, args=(make_loader, epochs, batch_ids),
             timeout_s=timeout_s, collective_timeout_s=collective_timeout_s,
-            start_method=start_method,
+            start_method=start_method, preload_ddp=False,
         )
         if not world.ok:
             bad = world.ranks[world.failed_ranks[0]]

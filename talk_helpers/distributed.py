@@ -533,7 +533,7 @@ def _warm_imports() -> None:
 
 def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
               collective_timeout_s: float = 10.0, start_method: str | None = None,
-              reuse: bool | None = None) -> WorldReport:
+              reuse: bool | None = None, preload_ddp: bool = True) -> WorldReport:
     """Run ``fn(rank, world_size, *args)`` in a real gloo world; never raises for rank failures.
 
     Args:
@@ -550,12 +550,18 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
             method and kept for the next call, see :mod:`talk_helpers.world_pool`) instead
             of starting ranks for this call. Default: ``TALK_WARM_WORLD`` if set (0 or 1),
             else True under spawn only, where starting ranks costs seconds.
+        preload_ddp: import what DistributedDataParallel needs (:data:`WARM_IMPORTS`)
+            before the ranks start, once: in this process under fork, in the server under
+            forkserver (if this call starts it). False for a world that never wraps a
+            model (the audit): it saves a second of start-up.
 
     Returns:
         a :class:`WorldReport` (``.ok``, ``.results``, ``.ranks``, ``.elapsed_s``,
         ``.start_method``, ``.warm``).
     """
     _validate(fn, world_size, args, timeout_s, collective_timeout_s)
+    if not isinstance(preload_ddp, bool):
+        raise TypeError(f"preload_ddp must be True or False, got {preload_ddp!r}")
     method = _resolve_start_method(start_method)
     reuse = _resolve_reuse(reuse, method)
     _check_picklable(fn, args)
@@ -564,8 +570,8 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
 
         return world_pool.run_warm(fn, world_size, args=args, timeout_s=timeout_s,
                                    collective_timeout_s=collective_timeout_s,
-                                   start_method=method)
-    ctx = _context(method)
+                                   start_method=method, preload_ddp=preload_ddp)
+    ctx = _context(method, preload_ddp)
     started = time.monotonic()
     port_queue = ctx.Queue()
     result_queue = ctx.Queue()
@@ -611,16 +617,17 @@ def _resolve_reuse(reuse: bool | None, method: str) -> bool:
     return reuse
 
 
-def _context(method: str):
-    """The multiprocessing context for ranks, with the imports every rank needs warm."""
+def _context(method: str, preload_ddp: bool = True):
+    """The multiprocessing context for ranks, with the imports the ranks need warm."""
     ctx = mp.get_context(method)
     if method == "forkserver":
         # The server forks every rank from one process: with torch already imported
         # there, a rank starts in a fraction of a second instead of importing torch again.
         # (Effective only if the server is not running yet: setup_notebook starts it
-        # with the same list.)
-        ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
-    elif method == "fork":
+        # with the full list.)
+        ctx.set_forkserver_preload([name for name in FORKSERVER_PRELOAD
+                                    if preload_ddp or name not in WARM_IMPORTS])
+    elif method == "fork" and preload_ddp:
         _warm_imports()
     return ctx
 
@@ -762,11 +769,11 @@ def _supervise(procs, handles, result_queue, watch: _Watch, deadline: float) -> 
 
 def run_ranks(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
               collective_timeout_s: float = 10.0, start_method: str | None = None,
-              reuse: bool | None = None) -> list:
+              reuse: bool | None = None, preload_ddp: bool = True) -> list:
     """Like :func:`run_world`, but return the results by rank or raise :class:`WorldFailed`."""
     report = run_world(fn, world_size, args=args, timeout_s=timeout_s,
                        collective_timeout_s=collective_timeout_s, start_method=start_method,
-                       reuse=reuse)
+                       reuse=reuse, preload_ddp=preload_ddp)
     if not report.ok:
         raise WorldFailed(report)
     return report.results

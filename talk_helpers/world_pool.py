@@ -61,12 +61,12 @@ _calls = itertools.count(1)
 class WarmWorld:
     """``world_size`` rank processes started with ``method``, waiting for calls."""
 
-    def __init__(self, method: str, world_size: int):
+    def __init__(self, method: str, world_size: int, preload_ddp: bool = True):
         self.method = method
         self.world_size = world_size
         self.calls = 0
         self.started_at = time.monotonic()
-        ctx = d._context(method)
+        ctx = d._context(method, preload_ddp)
         self.port_queue = ctx.Queue()
         self.result_queue = ctx.Queue()
         self.task_queues = [ctx.SimpleQueue() for _ in range(world_size)]
@@ -134,7 +134,8 @@ class WarmWorld:
 
 
 def run_warm(fn, world_size: int, *, args: tuple, timeout_s: float,
-             collective_timeout_s: float, start_method: str) -> d.WorldReport:
+             collective_timeout_s: float, start_method: str,
+             preload_ddp: bool = True) -> d.WorldReport:
     """:func:`talk_helpers.distributed.run_world` in a warm world (started if needed)."""
     with _lock:
         world = _pool.pop((start_method, world_size), None)
@@ -143,7 +144,7 @@ def run_warm(fn, world_size: int, *, args: tuple, timeout_s: float,
         world = None
     started = time.monotonic()
     if world is None:
-        world = WarmWorld(start_method, world_size)
+        world = WarmWorld(start_method, world_size, preload_ddp)
     try:
         report, healthy = world.run(fn, args, timeout_s - (time.monotonic() - started),
                                     collective_timeout_s)

@@ -157,6 +157,25 @@ def test_a_real_world_with_dataloader_workers_in_every_rank():
 
 
 @pytest.mark.distributed
+def test_an_audit_does_not_pay_for_what_ddp_needs():
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from functools import partial\n"
+            "from talk_helpers.audit import audit\n"
+            "from talk_helpers.toy.ddp import make_rank_at_build_loader\n"
+            "if __name__ == '__main__':\n"
+            "    make = partial(make_rank_at_build_loader, size=8, workers=0, context=None)\n"
+            "    report = audit(make, world_size=2, epochs=1, start_method='fork', "
+            "timeout_s=120)\n"
+            "    print(report.world.ok, 'torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=180)
+    assert out.stdout.strip() == "True False", out.stderr
+
+
+@pytest.mark.distributed
 def test_a_failing_rank_is_reported_not_raised():
     report = audit(raises_on_rank_1, world_size=2, epochs=1, start_method="fork",
                    timeout_s=120)

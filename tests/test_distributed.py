@@ -198,6 +198,7 @@ def test_the_repr_is_deterministic_apart_from_the_masked_timing():
         (dict(fn=d.rank_and_world, world_size=2, args=[1]), TypeError),
         (dict(fn=lambda rank, world_size: rank, world_size=2), TypeError),
         (dict(fn=d.all_reduce_sum, world_size=2, args=(lambda: 1,)), TypeError),
+        (dict(fn=d.rank_and_world, world_size=2, preload_ddp="no"), TypeError),
     ],
 )
 def test_bad_arguments_get_clear_errors(kwargs, error):
@@ -282,6 +283,25 @@ def dynamo_imported(rank: int, world_size: int) -> bool:
     import sys
 
     return "torch._dynamo" in sys.modules
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_world_that_never_wraps_a_model_does_not_preload_what_ddp_needs(method):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys\n"
+            f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            "from test_distributed import dynamo_imported\n"
+            "from talk_helpers import distributed as d\n"
+            "if __name__ == '__main__':\n"
+            f"    ranks = d.run_ranks(dynamo_imported, 2, start_method={method!r}, "
+            "reuse=False, preload_ddp=False, timeout_s=120)\n"
+            "    print(ranks, 'torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=180)
+    assert out.stdout.strip() == "[False, False] False", out.stderr
 
 
 def test_spawned_ranks_that_only_read_data_do_not_import_what_ddp_needs():
