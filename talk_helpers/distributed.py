@@ -31,12 +31,13 @@ is enforced under fork, so that a notebook behaves the same under every start me
 
 What a world costs to start: fork a fraction of a second (the parent imports
 torch._dynamo once, which DistributedDataParallel would import in every rank); forkserver
-as little, because the server preloads torch (``start_method.FORKSERVER_PRELOAD``);
-spawn a new interpreter and ``import torch`` per rank, seconds. So under spawn the ranks
-of a call are kept as a *warm world* for the next call with the same world
-size (``reuse=``, ``TALK_WARM_WORLD``; see :mod:`talk_helpers.world_pool`): still
-processes started with spawn, with a fresh process group and fresh DataLoader workers
-every call (but for the one loader a rank keeps between calls, see
+as little, because the server preloads torch (``start_method.FORKSERVER_PRELOAD``), but
+each rank then starts a server of its own for its DataLoader workers, a second of CPU;
+spawn a new interpreter and ``import torch`` per rank, seconds. So under spawn and
+forkserver the ranks of a call are kept as a *warm world* for the next call with the same
+world size (``reuse=``, ``TALK_WARM_WORLD``; see :mod:`talk_helpers.world_pool`): still
+processes started with that method, with a fresh process group and fresh DataLoader
+workers every call (but for the one loader a rank keeps between calls, see
 ``world_pool.kept_loader``); a rank that hangs or dies stops them all. ``report.how``
 says which it was.
 
@@ -521,6 +522,7 @@ def _wait_gone(procs, timeout_s: float) -> None:
 # they synchronise: a world that only reads data does not pay for it.
 WARM_IMPORTS = ("torch._dynamo",)
 WARM_ENV_VAR = "TALK_WARM_WORLD"
+WARM_BY_DEFAULT = ("forkserver", "spawn")  # start methods whose worlds are kept warm
 
 
 def _warm_imports() -> None:
@@ -549,7 +551,8 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
         reuse: run in a warm world (rank processes started earlier with the same start
             method and kept for the next call, see :mod:`talk_helpers.world_pool`) instead
             of starting ranks for this call. Default: ``TALK_WARM_WORLD`` if set (0 or 1),
-            else True under spawn only, where starting ranks costs seconds.
+            else True under spawn and forkserver, where starting ranks (or their
+            workers' server) costs seconds.
         preload_ddp: import what DistributedDataParallel needs (:data:`WARM_IMPORTS`)
             before the ranks start, once: in this process under fork, in the server under
             forkserver (if this call starts it). False for a world that never wraps a
@@ -611,7 +614,7 @@ def _resolve_reuse(reuse: bool | None, method: str) -> bool:
         value = os.environ.get(WARM_ENV_VAR, "").strip()
         if value not in ("", "0", "1"):
             raise ValueError(f"{WARM_ENV_VAR}={value!r} is not one of 0, 1")
-        return value == "1" if value else method == "spawn"
+        return value == "1" if value else method in WARM_BY_DEFAULT
     if not isinstance(reuse, bool):
         raise TypeError(f"reuse must be True, False or None, got {reuse!r}")
     return reuse

@@ -1,8 +1,10 @@
 """Warm worlds: rank processes started once and reused by later :func:`run_world` calls.
 
 Under spawn a fresh world pays a new interpreter and ``import torch`` in every rank
-(seconds) for a cell that runs for a fraction of a second. A warm world keeps its ranks
-for the kernel's lifetime and gives each call what a fresh world would give it:
+(seconds) for a cell that runs for a fraction of a second; under forkserver every rank
+starts a server of its own for its DataLoader workers, which imports torch too. A warm
+world keeps its ranks (and under forkserver each rank's server) for the kernel's lifetime
+and gives each call what a fresh world would give it:
 
 * the **same start method**: the ranks were started with the method the learner chose
   (``report.start_method``, ``report.how``), and DataLoader workers they start are new
@@ -11,11 +13,12 @@ for the kernel's lifetime and gives each call what a fresh world would give it:
   collective timeout), ``torch``, ``random`` and ``numpy`` reseeded from the OS as in a
   new process (torch seeds itself randomly at start-up), and the environment restored;
 * **nothing left behind**: after every call each rank kills whatever processes it still
-  has (DataLoader workers included) before the call returns, with one exception: the
-  workers of a loader built through :func:`kept_loader` (the toy sharded loader of
-  notebook 06). A rank keeps that one loader, persistent workers and all, for the next
-  call that asks for the same loader, as a training job keeps its loader's workers
-  between epochs; any other loader, or a call that fails, stops it;
+  has (DataLoader workers included) before the call returns, with two exceptions: the
+  rank's forkserver, which holds nothing of a call, and the workers of a loader built
+  through :func:`kept_loader` (the toy sharded loader of notebook 06). A rank keeps
+  that one loader, persistent workers and all, for the next call that asks for the same
+  loader, as a training job keeps its loader's workers between epochs; any other loader,
+  or a call that fails, stops it;
 * **no reuse after trouble**: a call in which a rank hung, died, or did not come back
   clean (process group destroyed, workers stopped) within a second of raising stops the
   whole world (every rank's process tree); the next call starts a new one. A rank that
@@ -286,4 +289,15 @@ def _stop_leftovers(me: psutil.Process) -> None:
                      if isinstance(obj, _MultiProcessingDataLoaderIter) and id(obj) not in kept]
     for obj in iterators:
         obj._shutdown_workers()
-    d._kill_tree([me], include_roots=False, spare=_kept_worker_pids())
+    d._kill_tree([me], include_roots=False, spare=_kept_worker_pids() | _own_forkserver())
+
+
+def _own_forkserver() -> set[int]:
+    """The pid of this rank's forkserver, if it runs: the server of a rank forked by a
+    forkserver, started at its first loader, which starts the rank's DataLoader workers in
+    hundredths of a second. It holds no state of a call (the workers are its children, and
+    they are stopped), so it stays for the next call, as the kernel's server stays."""
+    from multiprocessing import forkserver
+
+    pid = forkserver._forkserver._forkserver_pid
+    return set() if pid is None else {pid}

@@ -162,10 +162,10 @@ def test_warm_ranks_are_capped_and_shutdown_leaves_no_process(monkeypatch):
     assert _live_descendants() == before
 
 
-def test_reuse_defaults_to_spawn_only_and_follows_the_variable(monkeypatch):
+def test_reuse_defaults_to_spawn_and_forkserver_and_follows_the_variable(monkeypatch):
     monkeypatch.delenv("TALK_WARM_WORLD", raising=False)
     assert [d._resolve_reuse(None, m) for m in ("fork", "forkserver", "spawn")] == \
-        [False, False, True]
+        [False, True, True]
     monkeypatch.setenv("TALK_WARM_WORLD", "0")
     assert d._resolve_reuse(None, "spawn") is False
     monkeypatch.setenv("TALK_WARM_WORLD", "1")
@@ -235,6 +235,27 @@ def test_another_recipe_or_a_failing_call_stops_the_kept_workers():
     assert live - ranks == set()
     assert d.shutdown_warm_worlds() == 1
     assert not _live_descendants() & live
+
+
+def own_forkserver(rank: int, world_size: int) -> int | None:
+    """Read a loader with one worker, then return the pid of this rank's forkserver."""
+    from multiprocessing import forkserver
+
+    assert [b.tolist() for b in DataLoader(list(range(4)), batch_size=2, num_workers=1)] \
+        == [[0, 1], [2, 3]]
+    return forkserver._forkserver._forkserver_pid
+
+
+def test_a_warm_forkserver_rank_keeps_its_own_server_and_stops_it_with_the_world():
+    before = _live_descendants()
+    opts = dict(start_method="forkserver", reuse=True, timeout_s=120.0)
+    first = d.run_world(own_forkserver, 2, **opts).results
+    again = d.run_world(own_forkserver, 2, **opts)
+    assert again.warm and None not in first and again.results == first
+    assert set(first) <= _live_descendants()  # the servers, not the workers
+    assert len(_live_descendants() - before) == 4  # two ranks, a server each
+    assert d.shutdown_warm_worlds() == 1
+    assert _live_descendants() == before
 
 
 def test_an_audit_in_a_warm_world_builds_its_own_loaders_and_sees_every_worker(monkeypatch):
