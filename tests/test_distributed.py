@@ -241,7 +241,7 @@ def test_a_world_runs_from_a_jupyter_kernel_under_every_start_method():
                 report = run_world(all_reduce_sum, 2, start_method=m, timeout_s=120)
                 outcomes[m] = report.results
                 outcomes[m + " how"] = report.how
-                shutdown_warm_worlds()  # spawn keeps its ranks for the next call
+                shutdown_warm_worlds()  # spawn and forkserver keep their ranks
                 outcomes[m + " leftovers"] = len(live() - before)
             print(outcomes)
             """
