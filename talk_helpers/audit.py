@@ -529,7 +529,7 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
           dropped_by_design=None, repeated_by_design=None, in_process: bool = False,
           timeout_s: float = 120.0, start_method: str | None = None,
           batch_ids: Callable | None = None,
-          collective_timeout_s: float = 10.0) -> AuditReport:
+          collective_timeout_s: float = 10.0, reuse: bool | None = None) -> AuditReport:
     """Run ``make_loader`` in every rank and check what the ranks see together.
 
     Args:
@@ -560,6 +560,8 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
         batch_ids: optional picklable ``batch -> ids`` for batches ids_of cannot read
             directly (e.g. ``operator.itemgetter("__key__")`` after a mapping).
         collective_timeout_s: gloo's timeout, for loaders that use collectives.
+        reuse: passed to :func:`talk_helpers.distributed.run_world`: False starts ranks for
+            this audit alone (a one-shot command), None keeps the notebook's warm world.
     """
     if not callable(make_loader):
         raise TypeError(f"make_loader must be callable as make_loader(rank, world_size, "
@@ -588,7 +590,7 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
         world = distributed.run_world(
             collect_batches, world_size, args=(make_loader, epochs, batch_ids),
             timeout_s=timeout_s, collective_timeout_s=collective_timeout_s,
-            start_method=start_method, preload_ddp=False,
+            start_method=start_method, reuse=reuse, preload_ddp=False,
         )
         if not world.ok:
             bad = world.ranks[world.failed_ranks[0]]

@@ -170,8 +170,9 @@ def _emit(report, args, stream=None) -> int:
 def _main_local(args, factory: ImportedFactory) -> int:
     from talk_helpers.audit import audit
 
+    # One call: ranks kept warm for a next call would only cost their shutdown at exit.
     report = audit(factory, world_size=args.world_size or 2, epochs=args.epochs,
-                   timeout_s=args.timeout, start_method=args.start_method,
+                   timeout_s=args.timeout, start_method=args.start_method, reuse=False,
                    **_report_kwargs(args))
     return _emit(report, args)
 

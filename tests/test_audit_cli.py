@@ -133,6 +133,21 @@ def test_a_correct_loader_exits_0_with_a_plain_report(project):
 
 
 @pytest.mark.distributed
+def test_the_command_keeps_no_warm_world_for_a_next_call_it_will_not_make(project, capsys,
+                                                                           monkeypatch):
+    from talk_helpers import distributed
+
+    monkeypatch.setenv("TALK_WARM_WORLD", "1")
+    try:
+        status = audit_cli.main([f"{project}:sharded", "--expected", "20", "--epochs", "1",
+                                 "--start-method", "fork"])
+        assert status == 0, capsys.readouterr()
+        assert distributed.warm_worlds() == []
+    finally:
+        distributed.shutdown_warm_worlds()
+
+
+@pytest.mark.distributed
 def test_spawned_ranks_import_the_users_factory_themselves(project):
     out = run_cli(f"{project}:sharded", "--expected", "20", "--epochs", "1",
                   "--start-method", "spawn", "--json")
