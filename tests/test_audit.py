@@ -158,8 +158,7 @@ def test_a_real_world_with_dataloader_workers_in_every_rank():
 
 @pytest.mark.distributed
 def test_an_audit_does_not_pay_for_what_ddp_needs():
-    import subprocess
-    import sys
+    from test_distributed import run_python
 
     code = ("import sys\n"
             "from functools import partial\n"
@@ -170,8 +169,7 @@ def test_an_audit_does_not_pay_for_what_ddp_needs():
             "    report = audit(make, world_size=2, epochs=1, start_method='fork', "
             "timeout_s=120)\n"
             "    print(report.world.ok, 'torch._dynamo' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=180)
+    out = run_python(code)
     assert out.stdout.strip() == "True False", out.stderr
 
 

@@ -2,6 +2,8 @@
 
 import functools
 import re
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -24,6 +26,12 @@ def _is_helper(proc: psutil.Process) -> bool:
     except psutil.Error:
         return True
     return "forkserver" in cmd or "resource_tracker" in cmd
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    """``python -c code`` in a new process (its own start-method state), output captured."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=180)
 
 
 def _live_descendants() -> set[int]:
@@ -270,25 +278,17 @@ def test_a_forkserver_rank_starts_its_workers_from_a_server_with_torch_preloaded
             "if __name__ == '__main__':\n"
             "    m.set_start_method('forkserver', force=True)\n"
             "    print(d.run_ranks(d.worker_start, 2, timeout_s=120))\n")
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=180)
+    out = run_python(code)
     expected = {"start_method": "forkserver", "forkserver_preload": list(RANK_FORKSERVER_PRELOAD)}
     assert out.stdout.strip() == repr([expected, expected]), out.stderr
 
 
 def dynamo_imported(rank: int, world_size: int) -> bool:
-    import sys
-
     return "torch._dynamo" in sys.modules
 
 
 @pytest.mark.parametrize("method", ["fork", "forkserver"])
 def test_a_world_that_never_wraps_a_model_does_not_preload_what_ddp_needs(method):
-    import subprocess
-    import sys
     from pathlib import Path
 
     code = ("import sys\n"
@@ -299,8 +299,7 @@ def test_a_world_that_never_wraps_a_model_does_not_preload_what_ddp_needs(method
             f"    ranks = d.run_ranks(dynamo_imported, 2, start_method={method!r}, "
             "reuse=False, preload_ddp=False, timeout_s=120)\n"
             "    print(ranks, 'torch._dynamo' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=180)
+    out = run_python(code)
     assert out.stdout.strip() == "[False, False] False", out.stderr
 
 
