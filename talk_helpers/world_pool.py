@@ -293,10 +293,8 @@ def _stop_leftovers(me: psutil.Process) -> None:
 
 
 def _own_forkserver() -> set[int]:
-    """The pid of this rank's forkserver, if it runs: the server of a rank forked by a
-    forkserver, started at its first loader, which starts the rank's DataLoader workers in
-    hundredths of a second. It holds no state of a call (the workers are its children, and
-    they are stopped), so it stays for the next call, as the kernel's server stays."""
+    """The pid of the forkserver this rank started for its DataLoader workers, if any. It
+    holds nothing of a call (its children, the workers, are stopped), so it is kept."""
     from multiprocessing import forkserver
 
     pid = forkserver._forkserver._forkserver_pid
