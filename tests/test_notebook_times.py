@@ -63,3 +63,46 @@ def test_methods_are_given_comma_separated_before_or_after_the_notebooks():
     assert nt._methods("fork,spawn") == ["fork", "spawn"]
     with pytest.raises(Exception, match="one or more of fork, forkserver, spawn"):
         nt._methods("fork,vfork")
+
+
+def test_a_startup_bound_cell_without_a_reason_is_refused():
+    with pytest.raises(ValueError, match="startup_reason"):
+        nt.cell_target(_cell(["startup-bound"]))
+
+
+def test_a_startup_bound_cell_may_take_the_start_up_of_its_interpreters_plus_a_second():
+    cell = _cell(["startup-bound"], startup_reason="two ranks with two workers each")
+    target, why = nt.cell_target(cell, interpreters=6, interpreter_cpu_s=1.0, cores=2)
+    assert target == 4.0  # 6 × 1.0 CPU-s on 2 cores, + 1 s
+    assert why.startswith("6 new interpreters import torch, 6 × 1.00 CPU-s on 2 cores = 3.0 s")
+    assert why.endswith(": two ranks with two workers each")
+
+
+def test_a_startup_bound_cell_that_starts_few_interpreters_keeps_three_seconds():
+    cell = _cell(["startup-bound"], startup_reason="two ranks with two workers each")
+    assert nt.cell_target(cell, interpreters=0, interpreter_cpu_s=1.0, cores=2) == (3.0, "")
+    assert nt.cell_target(cell, interpreters=3, interpreter_cpu_s=1.0, cores=2) == (3.0, "")
+
+
+def test_a_startup_bound_timeout_lesson_adds_its_timeout_to_the_start_up():
+    cell = _cell(["timeout-lesson-2", "startup-bound"], startup_reason="the first warm world")
+    target, why = nt.cell_target(cell, interpreters=4, interpreter_cpu_s=1.0, cores=2)
+    assert target == 5.0  # 2 s timeout + 4 × 1.0 / 2 + 1 s
+    assert "plus its 2 s timeout" in why
+    assert nt.cell_target(cell)[0] == 3.0  # no interpreters: the timeout lesson's own target
+
+
+def test_repeated_runs_keep_the_strictest_target_a_run_gave():
+    cell = _cell(["startup-bound"], startup_reason="eight workers")
+    runs = [[dict(_row(cell, 4.0), target=t, interpreters=n, processes=n)]
+            for t, n in ((5.0, 8), (4.5, 7), (5.0, 8))]
+    (row,) = nt.combine(runs)
+    assert (row["seconds"], row["target"], row["interpreters"]) == (4.0, 4.5, 7)
+    assert row["spread"] == (4.0, 4.0)
+
+
+def test_the_table_counts_each_cells_new_processes_and_interpreters():
+    row = dict(_row(_cell(), 1.0), processes=3, interpreters=2)
+    text = nt.table("spawn", [row], {"06_x": 2.0}, {"06_x": "0.1"}, "0.2", watch_cpu_s=0.4)
+    assert "| 06 | 1 | `x` | 1.00 |  | 3 | 2 | 3 |  |" in text
+    assert "counting new processes took 0.4 CPU-s" in text
