@@ -195,6 +195,10 @@ def _fmt(seconds: float | None, digits: int) -> str:
     return "?" if seconds is None else f"{seconds:.{digits}f}"
 
 
+def _target(seconds: float) -> str:
+    return "none" if seconds == float("inf") else f"{round(seconds, 1):g}"
+
+
 def _commit() -> str:
     import subprocess
 
@@ -232,7 +236,8 @@ def table(method: str, rows: list[dict], walls: dict[str, float], loads: dict[st
     ]
     if over:
         lines.append(f"Cells over target ({len(over)}): " + ", ".join(
-            f"{r['notebook'][:2]} cell {r['cell']} ({_fmt(r['seconds'], 1)} s > {r['target']:g} s)"
+            f"{r['notebook'][:2]} cell {r['cell']} "
+            f"({_fmt(r['seconds'], 1)} s > {_target(r['target'])} s)"
             for r in over) + ".")
     else:
         lines.append("Every cell within its target.")
@@ -269,7 +274,7 @@ def table(method: str, rows: list[dict], walls: dict[str, float], loads: dict[st
         spread = "" if not r.get("spread") else f"{r['spread'][0]:.2f}–{r['spread'][1]:.2f}"
         mark = "over" if r in over else ""
         code = r["first_line"].replace("|", "\\|")
-        target = "none" if r["target"] == float("inf") else f"{r['target']:g}"
+        target = _target(r["target"])
         lines.append(f"| {r['notebook'][:2]} | {r['cell']} | `{code}` | {seconds} | {spread} | "
                      f"{r.get('processes', '?')} | {r.get('interpreters', '?')} | "
                      f"{target}{' (' + r['why'] + ')' if r['why'] else ''} | {mark} |")

@@ -106,3 +106,13 @@ def test_the_table_counts_each_cells_new_processes_and_interpreters():
     text = nt.table("spawn", [row], {"06_x": 2.0}, {"06_x": "0.1"}, "0.2", watch_cpu_s=0.4)
     assert "| 06 | 1 | `x` | 1.00 |  | 3 | 2 | 3 |  |" in text
     assert "counting new processes took 0.4 CPU-s" in text
+
+
+def test_a_measured_target_is_shown_to_a_tenth_of_a_second():
+    cell = _cell(["startup-bound"], startup_reason="eight workers")
+    row = _row(cell, 5.0)
+    row["target"], row["why"] = nt.cell_target(cell, interpreters=8, interpreter_cpu_s=1.041,
+                                               cores=2)
+    text = nt.table("spawn", [row], {"06_x": 6.0}, {"06_x": "0.1"}, "0.2")
+    assert "Every cell within its target." in text
+    assert "| 5.2 (8 new interpreters import torch" in text
