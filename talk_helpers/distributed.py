@@ -80,7 +80,8 @@ HOST = "127.0.0.1"
 ERROR_GRACE_S = 0.5
 EXIT_GRACE_S = 5.0  # after every rank reported, how long each may take to exit cleanly
 SILENT_DEATH_GRACE_S = 1.0  # a dead rank's last message may still be in the pipe
-STATUSES = ("ok", "error", "timeout", "killed")
+INTERRUPT_GRACE_S = 0.5  # a warm rank told to stop its call has this long to report
+STATUSES = ("ok", "error", "timeout", "stopped")
 DETAIL_WIDTH = 70  # longer errors are cut in the table and printed in full below it
 
 __all__ = [
@@ -104,8 +105,8 @@ class RankOutcome:
     """What happened in one rank.
 
     ``status`` is ``"ok"`` (fn returned), ``"error"`` (fn raised or the process died),
-    ``"timeout"`` (still running at the deadline) or ``"killed"`` (still running when
-    another rank's failure stopped the world).
+    ``"timeout"`` (still running at the deadline) or ``"stopped"`` (still running when
+    another rank's failure stopped the world: killed, or a warm rank interrupted).
     """
 
     rank: int
@@ -187,7 +188,7 @@ class WorldReport:
                 detail = _short(r.error, DETAIL_WIDTH)
             elif r.status == "timeout":
                 detail = "still running at the deadline"
-            elif r.status == "killed":
+            elif r.status == "stopped":
                 detail = "stopped because another rank failed"
             else:
                 detail = ""
@@ -212,7 +213,7 @@ class WorldReport:
 
     def _repr_html_(self) -> str:
         colour = {"ok": "#009E73", "error": "#D55E00", "timeout": "#E69F00",
-                  "killed": "#CC79A7"}
+                  "stopped": "#CC79A7"}
         body = []
         for rank, status, progress, detail in self._rows():
             body.append(
@@ -387,7 +388,11 @@ def _run_call(rank, world_size, port_queue, fn, args, collective_timeout_s,
                                 timeout=rendezvous)
         dist.distributed_c10d._set_pg_timeout(timedelta(seconds=collective_timeout_s))
         _stage(None)
-        result = fn(rank, world_size, *args)
+        _world["interruptible"] = True  # a warm rank may be told to stop here (SIGUSR1)
+        try:
+            result = fn(rank, world_size, *args)
+        finally:
+            _world["interruptible"] = False
         elapsed = time.monotonic() - started
         try:
             payload = pickle.dumps(result)
@@ -719,11 +724,15 @@ class _Watch:
         )
 
 
-def _supervise(procs, handles, result_queue, watch: _Watch, deadline: float) -> dict:
+def _supervise(procs, handles, result_queue, watch: _Watch, deadline: float,
+               interrupt: bool = False) -> dict:
     """Collect every rank's outcome until all reported, one failed or the deadline passed.
 
     Ranks still running at the end (and their descendants) are killed and reported as
-    "timeout" or "killed". Returns the descendants seen, by pid.
+    "timeout" or "stopped". ``interrupt`` (warm ranks): after another rank's failure, the
+    ranks still running are first told to stop their call (:func:`interrupt_call`), and
+    only those that have not reported within :data:`INTERRUPT_GRACE_S` are killed.
+    Returns the descendants seen, by pid.
     """
     world_size = len(procs)
     known: dict[int, psutil.Process] = {}  # descendants seen so far, by pid
@@ -760,14 +769,46 @@ def _supervise(procs, handles, result_queue, watch: _Watch, deadline: float) -> 
             watch.stopped_by = "deadline"
             break
     running = [r for r in range(world_size) if r not in outcomes]
-    if running:
-        _kill_tree([handles[r] for r in running], known=list(known.values()))
+    interrupted = []
+    if running and interrupt and watch.stopped_by == "error":
+        _interrupt(procs, running, result_queue, watch)
+        interrupted = [r for r in running if r in outcomes]
+    unreported = [r for r in running if r not in outcomes]
+    if unreported:
+        _kill_tree([handles[r] for r in unreported], known=list(known.values()))
         watch.drain(result_queue, wait=0.0)
-    for rank in running:
-        if rank not in outcomes:
-            status = "timeout" if watch.stopped_by == "deadline" else "killed"
-            outcomes[rank] = RankOutcome(rank, status)
+    for rank in running:  # an interrupted rank's own report is not its outcome
+        if rank not in outcomes or rank in interrupted:
+            status = "timeout" if watch.stopped_by == "deadline" else "stopped"
+            outcomes[rank] = RankOutcome(rank, status, last_progress=watch.progress.get(rank))
     return known
+
+
+def _interrupt(procs, ranks, result_queue, watch: _Watch) -> None:
+    """Tell warm ``ranks`` to stop their call; wait up to :data:`INTERRUPT_GRACE_S` for
+    them to report it. A rank blocked inside a collective hears it only when that returns."""
+    import signal
+
+    for rank in ranks:
+        try:
+            os.kill(procs[rank].pid, signal.SIGUSR1)
+        except OSError:
+            pass
+    deadline = time.monotonic() + INTERRUPT_GRACE_S
+    while any(r not in watch.outcomes for r in ranks) and time.monotonic() < deadline:
+        watch.drain(result_queue, wait=0.02)
+
+
+class CallInterrupted(BaseException):
+    """Raised in a warm rank whose call the parent stops after another rank failed (a
+    BaseException, like KeyboardInterrupt, so that `except Exception` lets it through)."""
+
+
+def interrupt_call(signum=None, frame=None) -> None:
+    """SIGUSR1 handler of a warm rank: stop the running call, if one runs (else ignore)."""
+    if _world.get("interruptible"):
+        _world["interruptible"] = False  # at most once per call
+        raise CallInterrupted("stopped because another rank failed")
 
 
 def run_ranks(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,

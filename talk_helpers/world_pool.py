@@ -22,7 +22,11 @@ and gives each call what a fresh world would give it:
 * **no reuse after trouble**: a call in which a rank hung, died, or did not come back
   clean (process group destroyed, workers stopped) within a second of raising stops the
   whole world (every rank's process tree); the next call starts a new one. A rank that
-  raised and came back clean is like a new process for the next call, and is kept.
+  raised and came back clean is like a new process for the next call, and is kept. So is
+  a rank still busy when another raised (06's hang: it works on without a collective):
+  it is told to stop its call (SIGUSR1 raises :class:`~talk_helpers.distributed.
+  CallInterrupted` there), and is killed only if it has not reported within half a
+  second (a rank blocked inside a collective, say).
 
 Limits: module-level state that ``fn`` changes (a global, a patched function) stays for
 the next call, and a module edited on disk is not re-imported. Pass ``reuse=False`` to
@@ -101,9 +105,11 @@ class WarmWorld:
         for q in self.task_queues:
             q.put(task)
         d._supervise(self.procs, self.handles, self.result_queue, watch,
-                     started + timeout_s)
+                     started + timeout_s, interrupt=True)
         healthy = False
-        if watch.stopped_by is None:  # every rank reported: wait until each is clean again
+        # Every rank reported, or a failure stopped the others' call: wait until each rank
+        # is clean again (a rank that had to be killed ends the world).
+        if watch.stopped_by in (None, "error"):
             ok = all(o.ok for o in watch.outcomes.values())
             idle_deadline = time.monotonic() + (IDLE_GRACE_S if ok else FAILED_IDLE_GRACE_S)
             while len(watch.idle) < self.world_size and time.monotonic() < idle_deadline \
@@ -201,6 +207,10 @@ def _warm_rank_main(rank, world_size, port_queue, task_queue, result_queue, call
     # interrupt, a kernel shutdown) is for the cell: a call it cuts short stops the world
     # itself, and an idle world stays warm instead of dying with a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # After another rank failed, the parent stops a call still running here with SIGUSR1
+    # (a rank that lingers outside any collective, as in 06's hang) instead of killing
+    # the rank: the world stays warm for the next cell.
+    signal.signal(signal.SIGUSR1, d.interrupt_call)
     global _in_warm_rank
     _in_warm_rank = True
     d._rank_setup(rank, result_queue, caller_pid)

@@ -54,6 +54,21 @@ def die_on_rank(rank: int, world_size: int, bad_rank: int = 1) -> int:
     return rank
 
 
+def fail_while_a_peer_works_on(rank: int, world_size: int, ignore_interrupts: bool = False):
+    """Rank 0 raises; rank 1 works on without a collective (06's hang), or refuses to stop."""
+    d.report_progress("working")
+    if rank == 0:
+        raise ValueError("rank 0 failed")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.05)
+        except BaseException:
+            if not ignore_interrupts:
+                raise
+    return rank
+
+
 @pytest.fixture(autouse=True)
 def no_warm_worlds():
     world_pool.shutdown_warm_worlds()
@@ -125,7 +140,7 @@ def test_a_rank_that_dies_stops_the_warm_world_and_the_next_call_starts_a_new_on
     first = d.run_world(d.process_id, 2, **WARM).results
     report = d.run_world(die_on_rank, 2, **WARM)
     assert report.ranks[1].error.startswith("ProcessDied: the rank process exited with code 3")
-    assert report.ranks[0].status == "killed"
+    assert report.ranks[0].status == "stopped"
     assert d.warm_worlds() == []
     assert _live_descendants() == before
     again = d.run_world(d.process_id, 2, **WARM)
@@ -268,3 +283,37 @@ def test_an_audit_in_a_warm_world_builds_its_own_loaders_and_sees_every_worker(m
                    world_size=2, epochs=1, start_method="fork")
     assert report.checks[0].worker_samples == [[5, 3], [3, 3]]
     assert d.run_world(read_sharded, 2, **WARM).results == kept  # still kept
+
+
+def test_a_rank_still_working_when_its_peer_failed_is_stopped_and_the_world_stays_warm():
+    before = _live_descendants()
+    first = d.run_world(d.process_id, 2, **WARM).results
+    report = d.run_world(fail_while_a_peer_works_on, 2, **WARM)
+    assert [r.status for r in report.ranks] == ["error", "stopped"]
+    assert report.ranks[1].last_progress == "working"
+    assert report.ranks[1].error is None
+    assert "stopped because another rank failed" in repr(report)
+    assert report.elapsed_s < 10  # not the 60 s rank 1 meant to work
+    again = d.run_world(d.process_id, 2, **WARM)
+    assert again.ok and again.warm and again.results == first
+    world_pool.shutdown_warm_worlds()
+    assert _live_descendants() == before
+
+
+def test_a_rank_that_will_not_stop_is_killed_and_the_next_call_starts_a_new_world():
+    before = _live_descendants()
+    first = d.run_world(d.process_id, 2, **WARM).results
+    report = d.run_world(fail_while_a_peer_works_on, 2, args=(True,), **WARM)
+    assert [r.status for r in report.ranks] == ["error", "stopped"]
+    assert d.warm_worlds() == []
+    assert _live_descendants() == before
+    again = d.run_world(d.process_id, 2, **WARM)
+    assert again.ok and not again.warm and set(again.results).isdisjoint(first)
+
+
+def test_an_interrupt_between_calls_is_ignored_by_a_warm_rank():
+    first = d.run_world(d.process_id, 2, **WARM).results
+    os.kill(first[1], signal.SIGUSR1)
+    time.sleep(0.2)
+    again = d.run_world(d.process_id, 2, **WARM)
+    assert again.ok and again.warm and again.results == first
