@@ -53,6 +53,7 @@ import os
 import pickle
 import queue as queue_module
 import re
+import signal
 import sys
 import threading
 import time
@@ -770,7 +771,7 @@ def _supervise(procs, handles, result_queue, watch: _Watch, deadline: float,
             break
     running = [r for r in range(world_size) if r not in outcomes]
     interrupted = []
-    if running and interrupt and watch.stopped_by == "error":
+    if running and interrupt and watch.stopped_by == "error" and hasattr(signal, "SIGUSR1"):
         _interrupt(procs, running, result_queue, watch)
         interrupted = [r for r in running if r in outcomes]
     unreported = [r for r in running if r not in outcomes]
@@ -787,8 +788,6 @@ def _supervise(procs, handles, result_queue, watch: _Watch, deadline: float,
 def _interrupt(procs, ranks, result_queue, watch: _Watch) -> None:
     """Tell warm ``ranks`` to stop their call; wait up to :data:`INTERRUPT_GRACE_S` for
     them to report it. A rank blocked inside a collective hears it only when that returns."""
-    import signal
-
     for rank in ranks:
         try:
             os.kill(procs[rank].pid, signal.SIGUSR1)

@@ -210,7 +210,8 @@ def _warm_rank_main(rank, world_size, port_queue, task_queue, result_queue, call
     # After another rank failed, the parent stops a call still running here with SIGUSR1
     # (a rank that lingers outside any collective, as in 06's hang) instead of killing
     # the rank: the world stays warm for the next cell.
-    signal.signal(signal.SIGUSR1, d.interrupt_call)
+    if hasattr(signal, "SIGUSR1"):  # not on Windows: there such a rank is killed
+        signal.signal(signal.SIGUSR1, d.interrupt_call)
     global _in_warm_rank
     _in_warm_rank = True
     d._rank_setup(rank, result_queue, caller_pid)
