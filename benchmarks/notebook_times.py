@@ -18,14 +18,14 @@ time, and nothing is written back to the notebooks. Writes one table per start m
   lesson), if that is more than the target above. Starting a new interpreter that imports
   torch costs what ``python -c "import os, torch; os._exit(0)"`` costs here in CPU seconds
   (measured at the start of the run); n of them on c cores cannot start in less than n
-  times that over c. Fork
-  starts none (a forked process is not a new interpreter), so such a cell keeps the usual
-  target there;
+  times that over c. Fork starts none (a forked process is not a new interpreter), so
+  such a cell keeps the usual target there;
 * the whole collection (sum of the cells): 150 s under fork, 240 s under spawn and
   forkserver.
 
-Every cell over 3 s that its lesson excuses (a timeout lesson or a slow lesson) is listed
-under "Honest exceptions" with its reason, so the excuses stay visible.
+Every cell over 3 s that its lesson excuses (a timeout, the wait itself, or the processes
+it needs) and that stays within its own target is listed under "Honest exceptions" with
+its reason, so the excuses stay visible.
 
 Every cell's new processes are counted by :mod:`process_starts` (a thread that polls the
 kernel's descendants), and the table shows them.
