@@ -70,7 +70,9 @@ MIN_SAME_PAIRS = 30    # a block count is scored when a uniform shuffle puts thi
                        # same-block pairs in the batches (fewer would be mostly noise)
 MAX_BLOCKS = 64        # the finest storage blocks scored: 1/64 of the dataset each
 NULL_DRAWS = 32        # uniform shuffles drawn to measure a score's spread at this size
-CHANCE_SDS = 3.0       # "poorly mixed" (not "too few samples") beyond this many spreads
+CHANCE_SDS = 4.0       # "poorly mixed" (not "too few samples") beyond this many spreads:
+                       # a report makes up to 30 comparisons (block counts × ranks and
+                       # steps), and at 3 a uniform shuffle was now and then called poor
 
 
 # --- reading the arguments ---------------------------------------------------------------
