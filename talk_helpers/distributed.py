@@ -67,6 +67,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from talk_helpers import rank_entry
 from talk_helpers.start_method import (
     FORKSERVER_PRELOAD,
     RANK_FORKSERVER_PRELOAD,
@@ -327,7 +328,7 @@ def _rank_setup(rank, result_queue, caller_pid) -> None:
 
 def _rank_main(rank, world_size, port_queue, fn, args, result_queue, collective_timeout_s,
                rendezvous_timeout_s, caller_pid):
-    """A fresh rank process: set up, run fn once, exit."""
+    """A fresh rank process (started by rank_entry.start): set up, run fn once, exit."""
     started = time.monotonic()
     _rank_setup(rank, result_queue, caller_pid)
     _run_call(rank, world_size, port_queue, fn, args, collective_timeout_s,
@@ -343,12 +344,14 @@ def _run_call(rank, world_size, port_queue, fn, args, collective_timeout_s,
     store = None
     message: tuple
     try:
-        if isinstance(fn, bytes):  # a warm rank receives fn and args pickled
+        if isinstance(fn, bytes):  # fn and args arrive pickled
             # Unpickled before the ranks synchronise: the imports fn's module makes (DDP's
             # torch._dynamo in talk_helpers.training, seconds under spawn) are never
-            # mistaken for a rank stuck in a collective.
+            # mistaken for a rank stuck in a collective. They stay loaded for the rank's
+            # life, so they load as the rank's own code does (rank_entry.loading).
             _stage("importing")
-            fn, args = pickle.loads(fn)
+            with rank_entry.loading():
+                fn, args = pickle.loads(fn)
         # Rank 0 hosts the rendezvous store on a port the OS picks and hands it to the
         # others; the parent hosts nothing, so a fork never copies a busy store server.
         if rank == 0:
@@ -434,7 +437,8 @@ def _resolve_start_method(start_method: str | None) -> str:
     return method
 
 
-def _check_picklable(fn, args) -> None:
+def _pickle_call(fn, args) -> bytes:
+    """``(fn, args)`` pickled for the ranks, or a TypeError naming what cannot be."""
     main = sys.modules.get("__main__")
     interactive = main is not None and not hasattr(main, "__file__")
     for what, obj in (("fn", fn), *((f"args[{i}]", a) for i, a in enumerate(args))):
@@ -454,6 +458,7 @@ def _check_picklable(fn, args) -> None:
                 f"({type(exc).__name__}: {exc}). Use a module-level function (or a "
                 "functools.partial of one) and picklable arguments."
             ) from None
+    return pickle.dumps((fn, args))
 
 
 def _validate(fn, world_size, args, timeout_s, collective_timeout_s) -> None:
@@ -524,8 +529,9 @@ def _wait_gone(procs, timeout_s: float) -> None:
 # DistributedDataParallel imports torch._dynamo when it wraps its first model: seconds
 # in every rank, long enough for a peer to hit the collective timeout. Forked ranks
 # inherit it from the parent, forkserver ranks from the server's preload; spawned ranks
-# import it only for a function that needs it (talk_helpers.training imports it), before
-# they synchronise: a world that only reads data does not pay for it.
+# import it only for a function that needs it, before they synchronise (its module
+# imports it, as talk_helpers.training does) or before it starts its loader (load_ddp):
+# a world that only reads data does not pay for it.
 WARM_IMPORTS = ("torch._dynamo",)
 WARM_ENV_VAR = "TALK_WARM_WORLD"
 WARM_BY_DEFAULT = ("forkserver", "spawn")  # start methods whose worlds are kept warm
@@ -537,6 +543,16 @@ def _warm_imports() -> None:
     for name in WARM_IMPORTS:
         if name not in sys.modules:
             importlib.import_module(name)
+
+
+def load_ddp() -> None:
+    """In a rank whose ``fn`` wraps a model but whose module leaves DDP's imports to it (so
+    that the kernel need not load them): load :data:`WARM_IMPORTS` now, as the rank's own
+    code loads (:func:`talk_helpers.rank_entry.loading`): under spawn a third less CPU
+    than DistributedDataParallel's own import of them, and never walked again by the
+    garbage collector."""
+    with rank_entry.loading():
+        _warm_imports()
 
 
 def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
@@ -573,7 +589,7 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
         raise TypeError(f"preload_ddp must be True or False, got {preload_ddp!r}")
     method = _resolve_start_method(start_method)
     reuse = _resolve_reuse(reuse, method)
-    _check_picklable(fn, args)
+    payload = _pickle_call(fn, args)
     if reuse:
         from talk_helpers import world_pool
 
@@ -589,9 +605,9 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
     try:
         for rank in range(world_size):
             p = ctx.Process(
-                target=_rank_main,
-                args=(rank, world_size, port_queue, fn, args, result_queue, collective_timeout_s,
-                      timeout_s, os.getpid()),
+                target=rank_entry.start,
+                args=("talk_helpers.distributed:_rank_main", rank, world_size, port_queue,
+                      payload, (), result_queue, collective_timeout_s, timeout_s, os.getpid()),
                 name=f"rank-{rank}",
                 daemon=False,
             )

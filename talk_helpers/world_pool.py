@@ -52,6 +52,7 @@ import psutil
 import torch
 
 from talk_helpers import distributed as d
+from talk_helpers import rank_entry
 
 MAX_WARM_RANKS = 8  # rank processes kept across all warm worlds
 IDLE_GRACE_S = 5.0  # after every rank reported, how long each may take to clean up
@@ -81,9 +82,10 @@ class WarmWorld:
         try:
             for rank in range(world_size):
                 p = ctx.Process(
-                    target=_warm_rank_main,
-                    args=(rank, world_size, self.port_queue, self.task_queues[rank],
-                          self.result_queue, os.getpid()),
+                    target=rank_entry.start,
+                    args=("talk_helpers.world_pool:_warm_rank_main", rank, world_size,
+                          self.port_queue, self.task_queues[rank], self.result_queue,
+                          os.getpid()),
                     name=f"warm-rank-{rank}",
                     daemon=False,
                 )
@@ -293,6 +295,8 @@ def _stop_leftovers(me: psutil.Process) -> None:
     from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
     gc.collect()  # an iterator nobody references shuts its workers down
+    # Objects frozen before the call (rank_entry.loading: the rank's code) are not walked
+    # here: none of them is one of the call's iterators.
     kept = {id(getattr(loader, "_iterator", None)) for loader in _kept.values()}
     with warnings.catch_warnings():  # isinstance on torch's deprecated aliases warns
         warnings.simplefilter("ignore", FutureWarning)

@@ -69,6 +69,18 @@ def fail_while_a_peer_works_on(rank: int, world_size: int, ignore_interrupts: bo
     return rank
 
 
+def objects_collections_walk(rank: int, world_size: int, load_ddp: bool = False
+                             ) -> tuple[int, bool]:
+    """How many objects a full garbage collection walks here, and whether torch (and with
+    ``load_ddp``, DDP's torch._dynamo, loaded through :func:`d.load_ddp`) is loaded."""
+    import gc
+
+    if load_ddp:
+        d.load_ddp()
+    return len(gc.get_objects()), all(m in sys.modules for m in
+                                      ["torch", *(d.WARM_IMPORTS if load_ddp else [])])
+
+
 @pytest.fixture(autouse=True)
 def no_warm_worlds():
     world_pool.shutdown_warm_worlds()
@@ -317,3 +329,19 @@ def test_an_interrupt_between_calls_is_ignored_by_a_warm_rank():
     time.sleep(0.2)
     again = d.run_world(d.process_id, 2, **WARM)
     assert again.ok and again.warm and again.results == first
+
+
+@pytest.mark.parametrize("reuse", [False, True], ids=["fresh", "warm"])
+def test_collections_in_a_rank_skip_the_code_it_loaded(reuse):
+    """torch, the helpers and the module of fn live as long as the rank: the clean-up after
+    every call and Python's own collection at exit need not walk their objects."""
+    before = d.run_ranks(objects_collections_walk, 1, start_method="spawn", reuse=reuse)
+    walked, loaded = d.run_ranks(objects_collections_walk, 1, start_method="spawn",
+                                 reuse=reuse)[0]
+    assert loaded and walked < 20_000, (before, walked)
+
+
+def test_what_ddp_loads_in_a_rank_through_load_ddp_is_skipped_by_collections_too():
+    walked, loaded = d.run_ranks(objects_collections_walk, 1, args=(True,),
+                                 start_method="spawn", reuse=False)[0]
+    assert loaded and walked < 20_000, walked
