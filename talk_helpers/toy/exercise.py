@@ -252,8 +252,9 @@ def ddp_train(rank: int, world_size: int, *, epochs: int = 2, num_workers: int =
     all-reduces gradients, so a rank with fewer batches would leave the others blocked."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from talk_helpers.distributed import report_progress
+    from talk_helpers.distributed import load_ddp, report_progress
 
+    load_ddp()  # what DDP loads when it wraps the model, loaded before the loader starts
     ds = make_final_dataset(**kwargs)
     # Persistent workers start once; set_epoch still reaches them (shared memory).
     loader = DataLoader(ds, batch_size=None, num_workers=num_workers,
