@@ -765,6 +765,10 @@ def _short_repr(obj) -> str:
 
 
 if __name__ == "__main__":  # python -m talk_helpers.audit module:factory …
+    import gc
+
     from talk_helpers.audit_cli import main
 
-    sys.exit(main())
+    status = main()
+    gc.freeze()  # Python's last collection at exit would walk all of torch's objects
+    sys.exit(status)
