@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import psutil
 import pytest
@@ -345,3 +346,14 @@ def test_what_ddp_loads_in_a_rank_through_load_ddp_is_skipped_by_collections_too
     walked, loaded = d.run_ranks(objects_collections_walk, 1, args=(True,),
                                  start_method="spawn", reuse=False)[0]
     assert loaded and walked < 20_000, walked
+
+
+@pytest.mark.parametrize("reuse", [False, True], ids=["fresh", "warm"])
+def test_a_spawned_rank_that_cannot_import_fn_says_so_instead_of_dying(reuse, monkeypatch):
+    module = types.ModuleType("only_in_the_parent")
+    exec("def fn(rank, world_size):\n    return rank\n", module.__dict__)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    report = d.run_world(module.fn, 1, start_method="spawn", reuse=reuse, timeout_s=60.0)
+    assert report.ranks[0].status == "error"
+    assert report.ranks[0].error == "ModuleNotFoundError: No module named 'only_in_the_parent'"
+    assert report.ranks[0].last_progress == "(set-up: importing)"
