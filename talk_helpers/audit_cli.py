@@ -180,6 +180,12 @@ def _main_local(args, factory: ImportedFactory) -> int:
 # ------------------------------------------------------------------ under torchrun
 
 
+# A rank that finished its own loader and waits for the others outlives the deadline by
+# this much, so the stuck rank reports first: torchrun stops every rank when one exits
+# and names the first to exit as the root cause.
+WAITING_GRACE_S = 5.0
+
+
 def _main_torchrun(args, factory: ImportedFactory) -> int:
     import torch.distributed as dist
 
@@ -199,7 +205,10 @@ def _main_torchrun(args, factory: ImportedFactory) -> int:
             import torch
 
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(args.backend, timeout=timedelta(seconds=args.timeout))
+        # The watchdogs time the audit; a collective that gave up first would make a rank
+        # waiting for the stuck one fail before the stuck one could say where it is.
+        dist.init_process_group(args.backend,
+                                timeout=timedelta(seconds=args.timeout + WAITING_GRACE_S))
     except Exception as exc:
         print(f"rank {rank}: cannot join torchrun's world ({_describe(exc)})",
               file=sys.stderr)
@@ -212,12 +221,16 @@ def _main_torchrun(args, factory: ImportedFactory) -> int:
         except Exception as exc:
             payload = ("error", _describe(exc))
         progress["last"] = "gathering every rank's results (all_gather_object)"
+        progress["waiting"] = True
         gathered = [None] * world_size
         try:
             dist.all_gather_object(gathered, payload)
         except Exception as exc:
             print(f"rank {rank}: could not gather the other ranks' results "
                   f"({_describe(exc)}); another rank failed or hung", file=sys.stderr)
+            # Leave after the rank that failed: torchrun (polling every 0.1 s) names the
+            # first rank it sees exit as the root cause.
+            time.sleep(1.0)
             return EXIT_FAIL
         failed = [(r, p[1]) for r, p in enumerate(gathered) if p[0] != "ok"]
         if failed:
@@ -261,12 +274,17 @@ def _start_watchdog(rank: int, seconds: float, progress: dict) -> None:
     started = time.monotonic()
 
     def watch():
-        while time.monotonic() - started < seconds:
+        while True:
             time.sleep(0.2)
             if progress.get("done"):
                 return
-        print(f"rank {rank}: the audit did not finish within {seconds:g} s "
-              f"(stuck: {progress['last']})", file=sys.stderr, flush=True)
+            deadline = seconds + (WAITING_GRACE_S if progress.get("waiting") else 0.0)
+            if time.monotonic() - started >= deadline:
+                break
+        where = (f"waiting for the other ranks: {progress['last']}"
+                 if progress.get("waiting") else f"stuck: {progress['last']}")
+        print(f"rank {rank}: the audit did not finish within {seconds:g} s ({where})",
+              file=sys.stderr, flush=True)
         try:
             import psutil
 

@@ -239,6 +239,11 @@ def test_under_torchrun_a_hanging_rank_ends_at_the_deadline(project):
     assert out.returncode != 0
     assert "rank 1: the audit did not finish within 10 s (stuck: epoch 0: building the " \
            "loader)" in out.stderr
+    # rank 0, done and waiting for rank 1, gives it time to report and so exit first:
+    # torchrun then names rank 1 as the root cause and stops rank 0 before it speaks
+    assert "rank 0: the audit did not finish" not in out.stderr, out.stderr
+    root_cause = out.stderr.split("Root Cause")[1]
+    assert re.search(r"rank\s*: 1 ", root_cause), out.stderr
     assert time.monotonic() - started < 10 + 30
 
 
