@@ -606,7 +606,7 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
     try:
         for rank in range(world_size):
             p = ctx.Process(
-                target=rank_entry.start,
+                target=rank_entry.entry_point(method),
                 args=("talk_helpers.distributed:_rank_main", rank, world_size, port_queue,
                       payload, (), result_queue, collective_timeout_s, timeout_s, os.getpid()),
                 name=f"rank-{rank}",

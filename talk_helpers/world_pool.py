@@ -82,7 +82,7 @@ class WarmWorld:
         try:
             for rank in range(world_size):
                 p = ctx.Process(
-                    target=rank_entry.start,
+                    target=rank_entry.entry_point(method),
                     args=("talk_helpers.world_pool:_warm_rank_main", rank, world_size,
                           self.port_queue, self.task_queues[rank], self.result_queue,
                           os.getpid()),

@@ -11,6 +11,7 @@ import types
 
 import psutil
 import pytest
+import torch
 from test_distributed import DescendantRecorder, _live_descendants
 from torch.utils.data import DataLoader
 
@@ -80,6 +81,29 @@ def objects_collections_walk(rank: int, world_size: int, load_ddp: bool = False
         d.load_ddp()
     return len(gc.get_objects()), all(m in sys.modules for m in
                                       ["torch", *(d.WARM_IMPORTS if load_ddp else [])])
+
+
+class _WalkedInWorker(torch.utils.data.IterableDataset):
+    """Yields what a full collection walks in the DataLoader worker, and its main module's
+    name and file."""
+
+    def __iter__(self):
+        import gc
+
+        main = sys.modules["__main__"]
+        yield len(gc.get_objects()), main.__name__, getattr(main, "__file__", None)
+
+
+def walked_in_a_spawned_worker(rank: int, world_size: int) -> tuple[int, str, str | None]:
+    import multiprocessing
+
+    loader = DataLoader(_WalkedInWorker(), batch_size=None, num_workers=1,
+                        multiprocessing_context=multiprocessing.get_context("spawn"))
+    return next(iter(loader))
+
+
+def main_module_spec(rank: int, world_size: int) -> str | None:
+    return getattr(sys.modules["__main__"].__spec__, "name", None)
 
 
 @pytest.fixture(autouse=True)
@@ -346,6 +370,34 @@ def test_what_ddp_loads_in_a_rank_through_load_ddp_is_skipped_by_collections_too
     walked, loaded = d.run_ranks(objects_collections_walk, 1, args=(True,),
                                  start_method="spawn", reuse=False)[0]
     assert loaded and walked < 20_000, walked
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_the_workers_a_new_interpreter_rank_spawns_load_torch_unwalked_too(method,
+                                                                          monkeypatch):
+    # a notebook kernel's main module: no file, no spec, nothing for a child to import
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+    walked, main, _ = d.run_ranks(walked_in_a_spawned_worker, 1, start_method=method,
+                                  reuse=False)[0]
+    assert main == "__mp_main__"  # talk_helpers.spawned_child ran first
+    assert walked < 20_000, walked
+
+
+def test_the_workers_of_a_rank_started_from_a_script_get_that_script(tmp_path,
+                                                                      monkeypatch):
+    script = tmp_path / "train.py"
+    script.write_text("MARK = 1\n")
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    _, name, file = d.run_ranks(walked_in_a_spawned_worker, 1, start_method="spawn",
+                                reuse=False)[0]
+    assert (name, file) == ("__mp_main__", str(script))
+
+
+def test_a_forked_rank_leaves_the_main_module_it_shares_with_its_parent_alone():
+    parent = getattr(sys.modules["__main__"].__spec__, "name", None)
+    assert d.run_ranks(main_module_spec, 1, start_method="fork", reuse=False) == [parent]
 
 
 @pytest.mark.parametrize("reuse", [False, True], ids=["fresh", "warm"])
