@@ -30,7 +30,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from talk_helpers.diagrams.fast_loading import throughput_figure  # noqa: E402
-from talk_helpers.loading_bench import (  # noqa: E402
+from talk_helpers.lessons.datasets.fast import make_token_memmap  # noqa: E402
+from talk_helpers.lessons.loading_bench import (  # noqa: E402
     KIND_LABELS,
     KINDS,
     Runs,
@@ -41,7 +42,6 @@ from talk_helpers.loading_bench import (  # noqa: E402
     run_grid,
     unavailable_reason,
 )
-from talk_helpers.toy.fast import make_token_memmap  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/spawn_worker_exit.py``. One epoch of a spawn DataLoader
 (``MapStyleIds(64)``, batches of 8) with 2 and 4 workers, in two rows that differ only in
 how the workers end: as talk_helpers ends them (``os._exit(0)`` once the worker loop has
-run, see :mod:`talk_helpers.worker_exit`) or with Python's usual teardown (the hook taken
+run, see :mod:`talk_helpers.runtime.worker_exit`) or with Python's usual teardown (the hook taken
 back in ``worker_init_fn``). Runs alternate between the rows; the table gives the median
 and the spread (min-max) of each, and a verdict only when the medians differ by more than
 both spreads. Written to ``benchmarks/results/spawn_worker_exit.md``.
@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from talk_helpers import worker_exit
-from talk_helpers.toy.basics import MapStyleIds
+from talk_helpers.lessons.datasets.basics import MapStyleIds
+from talk_helpers.runtime import worker_exit
 
 RUNS = 7
 RESULTS = Path(__file__).parent / "results" / "spawn_worker_exit.md"

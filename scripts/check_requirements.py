@@ -6,7 +6,7 @@ except these, which it prints:
 
 * litdata requires torchvision: not installed, litdata's streaming path does not import it;
 * mosaicml-streaming: only its numpy-only partition and shuffle modules are loaded
-  (talk_helpers.library_audit.streaming_modules); the package itself is not importable here,
+  (talk_helpers.libraries.audits.streaming_modules); the package itself is not importable here,
   so its requirements are reported, not enforced.
 """
 

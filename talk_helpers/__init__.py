@@ -1,13 +1,11 @@
-"""Helpers for the 'What Could Go Wrong?' notebooks.
+"""Helpers for the 'What Could Go Wrong?' notebooks, in layers (each imports only those
+below it): ``notebook``, ``diagrams``, ``widgets``, ``demos`` › ``audit`` › ``libraries`` ›
+``lessons`` › ``runtime`` › ``checks``, ``model`` › ``reference``, with a few small
+modules at the bottom (``arguments``, ``palette``, ``progress``).
 
-Importing this package starts nothing: no process group, no workers, no figures.
-Import the module you need, e.g. ``from talk_helpers.checks import check_exactly_once``.
-It registers one exit hook, which does nothing outside a DataLoader worker and ends a
-finished spawned worker without Python's teardown (see :mod:`talk_helpers.worker_exit`).
+Importing the package or any module starts nothing, installs no hook and changes no
+environment variable: a notebook asks for what it needs with
+``talk_helpers.notebook.setup_notebook()``.
 """
 
-from talk_helpers import worker_exit as _worker_exit
-
 __version__ = "0.1.0"
-
-_worker_exit.register()

@@ -163,7 +163,7 @@ def test_an_audit_does_not_pay_for_what_ddp_needs():
     code = ("import sys\n"
             "from functools import partial\n"
             "from talk_helpers.audit import audit\n"
-            "from talk_helpers.toy.ddp import make_rank_at_build_loader\n"
+            "from talk_helpers.lessons.datasets.ddp import make_rank_at_build_loader\n"
             "if __name__ == '__main__':\n"
             "    make = partial(make_rank_at_build_loader, size=8, workers=0, context=None)\n"
             "    report = audit(make, world_size=2, epochs=1, start_method='fork', "
@@ -267,7 +267,7 @@ def test_shuffle_true_with_one_epoch_cannot_pass():
 
 
 def nested_modulo(rank, world_size, epoch, workers=4):
-    from talk_helpers.toy.ddp import make_sharded_loader
+    from talk_helpers.lessons.datasets.ddp import make_sharded_loader
 
     return make_sharded_loader(rank, world_size, epoch, shard_sizes=[40], workers=workers,
                                batch_size=5, policy="nested_modulo")
@@ -378,7 +378,7 @@ def test_bad_order_and_design_arguments_get_clear_errors(kwargs, error, match):
 
 
 def test_the_talks_nested_modulo_leaves_one_worker_per_rank_idle_with_two_of_each():
-    from talk_helpers.toy.ddp import make_nested_modulo_loader
+    from talk_helpers.lessons.datasets.ddp import make_nested_modulo_loader
 
     report = audit(functools.partial(make_nested_modulo_loader, size=20, workers=2),
                    world_size=2, epochs=1, expected=20, batch_size=5, in_process=True)
@@ -388,7 +388,7 @@ def test_the_talks_nested_modulo_leaves_one_worker_per_rank_idle_with_two_of_eac
 
 
 def test_the_mystery_loader_reads_each_id_once_per_worker_of_its_rank():
-    from talk_helpers.toy.ddp import make_mystery_loader
+    from talk_helpers.lessons.datasets.ddp import make_mystery_loader
 
     report = audit(make_mystery_loader, world_size=2, epochs=1, expected=24, in_process=True)
     once = report.checks[0].exactly_once

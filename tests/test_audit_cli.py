@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from talk_helpers import audit_cli
+from talk_helpers.audit import cli as audit_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -135,7 +135,7 @@ def test_a_correct_loader_exits_0_with_a_plain_report(project):
 @pytest.mark.distributed
 def test_the_command_keeps_no_warm_world_for_a_next_call_it_will_not_make(project, capsys,
                                                                            monkeypatch):
-    from talk_helpers import distributed
+    from talk_helpers.runtime import world as distributed
 
     monkeypatch.setenv("TALK_WARM_WORLD", "1")
     try:

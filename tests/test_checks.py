@@ -255,7 +255,8 @@ def test_sparse_check_agrees_with_a_counter_reference(samples, expected):
 
 
 def test_shuffle_report_is_importable_with_the_other_checks():
-    from talk_helpers import checks, mixing
+    from talk_helpers import checks
+    from talk_helpers.checks import mixing
 
     assert checks.shuffle_report is mixing.shuffle_report
 

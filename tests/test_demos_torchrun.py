@@ -11,7 +11,7 @@ import pytest
 
 from talk_helpers.audit import audit
 from talk_helpers.demos import hang, hang_fixed
-from talk_helpers.distributed import run_ranks, run_world
+from talk_helpers.runtime.world import run_ranks, run_world
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")

@@ -7,11 +7,14 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
+import world_functions as wf
 
-from talk_helpers import distributed as d
+from talk_helpers.lessons import world_demos
+from talk_helpers.runtime import world as d
 
 pytestmark = pytest.mark.distributed
 
@@ -85,7 +88,7 @@ class DescendantRecorder:
 
 
 def test_results_come_back_in_rank_order():
-    report = d.run_world(d.rank_and_world, 3, **FAST)
+    report = d.run_world(world_demos.rank_and_world, 3, **FAST)
     assert report.ok, report
     assert report.results == [(0, 3), (1, 3), (2, 3)]
     assert [r.status for r in report.ranks] == ["ok", "ok", "ok"]
@@ -93,12 +96,13 @@ def test_results_come_back_in_rank_order():
 
 
 def test_all_reduce_sums_across_ranks():
-    assert d.run_ranks(d.all_reduce_sum, 2, **FAST) == [3.0, 3.0]
-    assert d.run_ranks(functools.partial(d.all_reduce_sum, value=2.5), 2, **FAST) == [5.0, 5.0]
+    assert d.run_ranks(world_demos.all_reduce_sum, 2, **FAST) == [3.0, 3.0]
+    half = functools.partial(world_demos.all_reduce_sum, value=2.5)
+    assert d.run_ranks(half, 2, **FAST) == [5.0, 5.0]
 
 
 def test_env_vars_are_set_like_torchrun():
-    results = d.run_ranks(d.rank_env, 2, **FAST)
+    results = d.run_ranks(wf.rank_env, 2, **FAST)
     for rank, env in enumerate(results):
         assert env["RANK"] == str(rank)
         assert env["LOCAL_RANK"] == str(rank)
@@ -109,7 +113,7 @@ def test_env_vars_are_set_like_torchrun():
 
 def test_an_exception_is_reported_with_rank_and_message_and_the_world_is_torn_down():
     before = _live_descendants()
-    report = d.run_world(d.fail_on_rank, 2, args=(1, "boom on purpose"), **FAST)
+    report = d.run_world(wf.fail_on_rank, 2, args=(1, "boom on purpose"), **FAST)
     assert not report.ok
     assert report.ranks[1].status == "error"
     assert report.ranks[1].error == "ValueError: boom on purpose"
@@ -123,14 +127,14 @@ def test_an_exception_is_reported_with_rank_and_message_and_the_world_is_torn_do
 
 def test_run_ranks_raises_world_failed_carrying_the_report():
     with pytest.raises(d.WorldFailed) as info:
-        d.run_ranks(d.fail_on_rank, 2, args=(0,), **FAST)
+        d.run_ranks(wf.fail_on_rank, 2, args=(0,), **FAST)
     assert info.value.report.ranks[0].error == "ValueError: failed on purpose"
     assert "rank" in str(info.value)
 
 
 def test_a_collective_one_rank_never_joins_fails_at_the_collective_timeout():
     started = time.monotonic()
-    report = d.run_world(d.hang_on_rank, 2, args=(0, 3), collective_timeout_s=2.0, **FAST)
+    report = d.run_world(wf.hang_on_rank, 2, args=(0, 3), collective_timeout_s=2.0, **FAST)
     elapsed = time.monotonic() - started
     assert report.ranks[1].status == "error"
     assert "Timed out" in report.ranks[1].error
@@ -147,7 +151,7 @@ def test_a_collective_one_rank_never_joins_fails_at_the_collective_timeout():
 def test_a_hang_with_dataloader_workers_is_ended_by_the_deadline_without_orphans():
     before = _live_descendants()
     with DescendantRecorder() as recorder:
-        report = d.run_world(d.hang_with_workers, 2, args=(2,), start_method="fork",
+        report = d.run_world(wf.hang_with_workers, 2, args=(2,), start_method="fork",
                              timeout_s=6.0)
     assert [r.status for r in report.ranks] == ["timeout", "timeout"]
     assert [r.last_progress for r in report.ranks] == ["2 workers started"] * 2
@@ -164,7 +168,7 @@ def test_two_concurrent_worlds_do_not_collide_on_ports():
     reports = [None, None]
 
     def run(i):
-        reports[i] = d.run_world(d.rank_env, 2, **FAST)
+        reports[i] = d.run_world(wf.rank_env, 2, **FAST)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
     for t in threads:
@@ -178,16 +182,16 @@ def test_two_concurrent_worlds_do_not_collide_on_ports():
 
 def test_a_second_world_reuses_nothing_from_the_first():
     before = _live_descendants()
-    first = d.run_world(d.rank_env, 2, **FAST)
-    second = d.run_world(d.rank_env, 2, **FAST)
+    first = d.run_world(wf.rank_env, 2, **FAST)
+    second = d.run_world(wf.rank_env, 2, **FAST)
     assert first.ok and second.ok
     assert first.results[0]["MASTER_PORT"] != second.results[0]["MASTER_PORT"]
     assert _live_descendants() == before
 
 
 def test_the_repr_is_deterministic_apart_from_the_masked_timing():
-    a = d.run_world(d.fail_on_rank, 1, **FAST)
-    b = d.run_world(d.fail_on_rank, 1, **FAST)
+    a = d.run_world(wf.fail_on_rank, 1, **FAST)
+    b = d.run_world(wf.fail_on_rank, 1, **FAST)
     strip = [line for line in repr(a).splitlines()[1:]]
     assert strip == repr(b).splitlines()[1:]
     assert repr(a).splitlines()[0].endswith(" s")
@@ -197,16 +201,16 @@ def test_the_repr_is_deterministic_apart_from_the_masked_timing():
 @pytest.mark.parametrize(
     "kwargs, error",
     [
-        (dict(fn=d.rank_and_world, world_size=0), ValueError),
-        (dict(fn=d.rank_and_world, world_size=1.5), TypeError),
+        (dict(fn=world_demos.rank_and_world, world_size=0), ValueError),
+        (dict(fn=world_demos.rank_and_world, world_size=1.5), TypeError),
         (dict(fn="not a function", world_size=2), TypeError),
-        (dict(fn=d.rank_and_world, world_size=2, timeout_s=0), ValueError),
-        (dict(fn=d.rank_and_world, world_size=2, collective_timeout_s=-1), ValueError),
-        (dict(fn=d.rank_and_world, world_size=2, start_method="thread"), ValueError),
-        (dict(fn=d.rank_and_world, world_size=2, args=[1]), TypeError),
+        (dict(fn=world_demos.rank_and_world, world_size=2, timeout_s=0), ValueError),
+        (dict(fn=world_demos.rank_and_world, world_size=2, collective_timeout_s=-1), ValueError),
+        (dict(fn=world_demos.rank_and_world, world_size=2, start_method="thread"), ValueError),
+        (dict(fn=world_demos.rank_and_world, world_size=2, args=[1]), TypeError),
         (dict(fn=lambda rank, world_size: rank, world_size=2), TypeError),
-        (dict(fn=d.all_reduce_sum, world_size=2, args=(lambda: 1,)), TypeError),
-        (dict(fn=d.rank_and_world, world_size=2, preload_ddp="no"), TypeError),
+        (dict(fn=world_demos.all_reduce_sum, world_size=2, args=(lambda: 1,)), TypeError),
+        (dict(fn=world_demos.rank_and_world, world_size=2, preload_ddp="no"), TypeError),
     ],
 )
 def test_bad_arguments_get_clear_errors(kwargs, error):
@@ -231,7 +235,8 @@ def test_a_world_runs_from_a_jupyter_kernel_under_every_start_method():
         code = textwrap.dedent(
             """
             import psutil
-            from talk_helpers.distributed import run_world, all_reduce_sum
+            from talk_helpers.lessons.world_demos import all_reduce_sum
+            from talk_helpers.runtime.world import run_world
 
             def live():
                 me = psutil.Process()
@@ -241,7 +246,7 @@ def test_a_world_runs_from_a_jupyter_kernel_under_every_start_method():
                                 w in " ".join(c.cmdline())
                                 for w in ("forkserver", "resource_tracker")))}
 
-            from talk_helpers.distributed import shutdown_warm_worlds
+            from talk_helpers.runtime.world import shutdown_warm_worlds
 
             outcomes = {}
             for m in ("fork", "forkserver", "spawn"):
@@ -271,13 +276,15 @@ def test_a_world_runs_from_a_jupyter_kernel_under_every_start_method():
 
 
 def test_a_forkserver_rank_starts_its_workers_from_a_server_with_torch_preloaded():
-    from talk_helpers.start_method import RANK_FORKSERVER_PRELOAD
+    from talk_helpers.runtime.start_method import RANK_FORKSERVER_PRELOAD
 
-    code = ("import multiprocessing as m\n"
-            "from talk_helpers import distributed as d\n"
+    code = ("import multiprocessing as m, sys\n"
+            "from talk_helpers.runtime import world as d\n"
+            f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            "import world_functions as wf\n"
             "if __name__ == '__main__':\n"
             "    m.set_start_method('forkserver', force=True)\n"
-            "    print(d.run_ranks(d.worker_start, 2, timeout_s=120))\n")
+            "    print(d.run_ranks(wf.worker_start, 2, timeout_s=120))\n")
     out = run_python(code)
     expected = {"start_method": "forkserver", "forkserver_preload": list(RANK_FORKSERVER_PRELOAD)}
     assert out.stdout.strip() == repr([expected, expected]), out.stderr
@@ -294,7 +301,7 @@ def test_a_world_that_never_wraps_a_model_does_not_preload_what_ddp_needs(method
     code = ("import sys\n"
             f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
             "from test_distributed import dynamo_imported\n"
-            "from talk_helpers import distributed as d\n"
+            "from talk_helpers.runtime import world as d\n"
             "if __name__ == '__main__':\n"
             f"    ranks = d.run_ranks(dynamo_imported, 2, start_method={method!r}, "
             "reuse=False, preload_ddp=False, timeout_s=120)\n"

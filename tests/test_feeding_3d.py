@@ -2,8 +2,7 @@
 
 import pytest
 
-from talk_helpers.distributed import run_ranks
-from talk_helpers.feeding_3d import (
+from talk_helpers.lessons.feeding_3d import (
     FeedConfig,
     build_dataset_rank,
     check_feeding,
@@ -12,6 +11,7 @@ from talk_helpers.feeding_3d import (
     results_of,
     write_corpus,
 )
+from talk_helpers.runtime.world import run_ranks
 
 pytestmark = pytest.mark.distributed
 
@@ -96,7 +96,7 @@ def test_the_builder_rejects_bad_arguments_by_name(tmp_path):
 
 def test_the_mystery_loader_leaves_half_the_samples_unread():
     from talk_helpers.audit import audit
-    from talk_helpers.feeding_3d import make_mystery_dp_loader
+    from talk_helpers.lessons.feeding_3d import make_mystery_dp_loader
 
     report = audit(make_mystery_dp_loader, world_size=2, epochs=1, expected=32, in_process=True)
     assert report.checks[0].exactly_once.missing_ids.tolist() == list(range(1, 32, 2))

@@ -1,7 +1,7 @@
 import pytest
 
-from talk_helpers import hang_debug
-from talk_helpers.distributed import run_world
+from talk_helpers.lessons import hang_debug
+from talk_helpers.runtime.world import run_world
 
 DUMP = """Process 4242: python -m ipykernel
 Python v3.11.7 (/usr/bin/python3.11)

@@ -6,8 +6,8 @@ import tarfile
 import numpy as np
 import pytest
 
-from talk_helpers import library_audit as la
 from talk_helpers.audit import audit
+from talk_helpers.libraries import audits as la
 
 in_process = functools.partial(audit, world_size=2, epochs=2, expected=la.N_SAMPLES,
                                in_process=True)

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from talk_helpers import loading_bench as lb
-from talk_helpers.toy.fast import (
+from talk_helpers.lessons import loading_bench as lb
+from talk_helpers.lessons.datasets.fast import (
     MASK_ID,
     TokenBatchedIterableDataset,
     TokenIterableDataset,

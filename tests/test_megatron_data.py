@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from talk_helpers.megatron_data import (
+from talk_helpers.lessons.megatron_data import (
     GPTSamples,
     IndexedDataset,
     MegatronPretrainingRandomSampler,

@@ -8,7 +8,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from talk_helpers.mixing import (
+from talk_helpers.checks.mixing import (
     GOOD_MIXING,
     ShuffleReport,
     batch_mixing,

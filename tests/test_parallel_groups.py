@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from talk_helpers.parallel_groups import layout
+from talk_helpers.model.parallel_groups import layout
 
 
 def test_world_of_eight_matches_the_frameworks_layout():

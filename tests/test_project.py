@@ -131,7 +131,7 @@ def test_importing_every_talk_helpers_module_starts_no_process():
 
 
 def test_collection_map_joins_bullets_wrapped_onto_the_next_line(tmp_path):
-    from talk_helpers.collection import collection_map
+    from talk_helpers.notebook.collection import collection_map
 
     cell = {"cell_type": "markdown", "metadata": {}, "source": (
         "# 01 · A title\n\n**What you will learn**\n- one long bullet that\n  wraps here\n"

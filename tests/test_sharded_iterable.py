@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from talk_helpers.sharded_iterable import ShardedIterableDataset, worker_sample_ids
+from talk_helpers.reference.sharded_iterable import ShardedIterableDataset, worker_sample_ids
 
 TIMEOUT = 120  # seconds for a DataLoader with workers on a busy 2-core machine
 
@@ -482,7 +482,7 @@ def test_the_module_imports_only_torch_numpy_and_the_standard_library():
     import sys
     from pathlib import Path
 
-    import talk_helpers.sharded_iterable as module
+    import talk_helpers.reference.sharded_iterable as module
 
     tree = ast.parse(Path(module.__file__).read_text())
     roots = {alias.name.split(".")[0] for node in ast.walk(tree)
@@ -493,7 +493,7 @@ def test_the_module_imports_only_torch_numpy_and_the_standard_library():
 
 
 def test_window_design_reports_the_memory_and_reads_each_window_costs():
-    from talk_helpers.toy.exercise import window_design
+    from talk_helpers.lessons.datasets.exercise import window_design
 
     one, four, every = window_design(1), window_design(4), window_design(16)
     assert (one["shards_held"], four["shards_held"], every["shards_held"]) == (1, 4, 16)

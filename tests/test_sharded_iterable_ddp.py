@@ -7,8 +7,13 @@ from collections import Counter
 import pytest
 
 from talk_helpers.checks import check_exactly_once
-from talk_helpers.distributed import run_ranks, run_world
-from talk_helpers.toy.exercise import ddp_train, elastic_run, make_final_dataset, resume_run
+from talk_helpers.lessons.datasets.exercise import (
+    ddp_train,
+    elastic_run,
+    make_final_dataset,
+    resume_run,
+)
+from talk_helpers.runtime.world import run_ranks, run_world
 
 pytestmark = pytest.mark.distributed
 

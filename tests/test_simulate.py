@@ -1,4 +1,4 @@
-"""talk_helpers.simulate predicts what a real DataLoader yields on every rank."""
+"""talk_helpers.model.simulate predicts what a real DataLoader yields on every rank."""
 
 import random
 
@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from talk_helpers.simulate import (
+from talk_helpers.lessons.datasets.ddp import ShardedIds
+from talk_helpers.model.simulate import (
     POLICIES,
     ranks_named,
     seed000_rule,
@@ -16,7 +17,6 @@ from talk_helpers.simulate import (
     simulate,
     worker_streams,
 )
-from talk_helpers.toy.ddp import ShardedIds
 
 N_CONFIGS = 60
 TOY_POLICIES = [p for p in POLICIES if p != "hf_datasets"]  # ShardedIds implements these

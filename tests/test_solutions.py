@@ -1,6 +1,6 @@
 import pytest
 
-from talk_helpers.solutions import show_solution
+from talk_helpers.notebook.solutions import show_solution
 
 
 @pytest.mark.parametrize("notebook", ["2", "two", 2, "002"])

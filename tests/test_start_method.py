@@ -1,7 +1,7 @@
 import pytest
 import torch.multiprocessing as mp
 
-from talk_helpers.start_method import apply_start_method, requested_start_method
+from talk_helpers.runtime.start_method import apply_start_method, requested_start_method
 
 
 def test_unset_variable_leaves_the_default(monkeypatch):
@@ -27,7 +27,7 @@ def test_unknown_method_is_rejected_with_the_allowed_values(monkeypatch):
 
 
 def test_start_forkserver_does_nothing_under_another_method(monkeypatch):
-    from talk_helpers.start_method import start_forkserver
+    from talk_helpers.runtime.start_method import start_forkserver
 
     before = mp.get_start_method()
     try:
@@ -43,7 +43,7 @@ def test_the_forkserver_children_start_with_torch_and_ddp_imports_already_done()
 
     code = (
         "import concurrent.futures as cf, multiprocessing as m\n"
-        "from talk_helpers.start_method import FORKSERVER_PRELOAD, is_imported, "
+        "from talk_helpers.runtime.start_method import FORKSERVER_PRELOAD, is_imported, "
         "start_forkserver\n"
         "if __name__ == '__main__':\n"
         "    m.set_start_method('forkserver', force=True)\n"

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from talk_helpers.toy.basics import (
+from talk_helpers.lessons.datasets.basics import (
     BlockShardedIds,
     IterableIds,
     MapStyleIds,
@@ -10,7 +10,7 @@ from talk_helpers.toy.basics import (
     NaiveShardedIds,
     block_bounds,
 )
-from talk_helpers.trace import run_loader
+from talk_helpers.lessons.trace import run_loader
 from talk_helpers.widgets.dataloader_steps import render_step, replay
 
 
@@ -70,7 +70,7 @@ def test_replay_delivers_the_recorded_batches_and_ends(dataset):
 def test_the_mystery_dataset_loses_exactly_the_ids_that_do_not_fill_a_worker(size, workers):
     from unittest import mock
 
-    from talk_helpers.toy import basics
+    from talk_helpers.lessons.datasets import basics
 
     seen = []
     for w in range(workers):  # each worker's shard, as get_worker_info would report it
@@ -81,7 +81,7 @@ def test_the_mystery_dataset_loses_exactly_the_ids_that_do_not_fill_a_worker(siz
 
 def test_the_mystery_loader_misses_its_last_id_with_two_workers():
     from talk_helpers.checks import check_exactly_once
-    from talk_helpers.toy.basics import mystery_loader
+    from talk_helpers.lessons.datasets.basics import mystery_loader
 
     batches = list(mystery_loader(0, 1, 0))
     report = check_exactly_once(batches, expected=25)

@@ -3,7 +3,7 @@
 import pytest
 from torch.utils.data import DataLoader
 
-from talk_helpers.toy.ddp import (
+from talk_helpers.lessons.datasets.ddp import (
     RankAskedInIter,
     RankCapturedAtBuild,
     ShardedIds,

@@ -1,6 +1,6 @@
 from collections import Counter
 
-from talk_helpers.toy.handed_over import colleagues_loader
+from talk_helpers.lessons.datasets.handed_over import colleagues_loader
 
 
 def test_the_colleagues_loader_reads_every_id_once_per_worker():

@@ -6,9 +6,9 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from talk_helpers.checks import check_exactly_once
-from talk_helpers.mixing import shuffle_report
-from talk_helpers.toy import seeds
-from talk_helpers.toy.shuffling import (
+from talk_helpers.checks.mixing import shuffle_report
+from talk_helpers.lessons.datasets import seeds
+from talk_helpers.lessons.datasets.shuffling import (
     SIZE,
     BufferShuffled,
     SharedSeedShuffle,

@@ -6,8 +6,8 @@ import pytest
 from torch.utils.data import DataLoader
 
 from talk_helpers.checks import check_exactly_once, check_random_draws
-from talk_helpers.mixing import shuffle_report
-from talk_helpers.toy.shuffling import (
+from talk_helpers.checks.mixing import shuffle_report
+from talk_helpers.lessons.datasets.shuffling import (
     SIZE,
     MysteryShuffle,
     SplitThenShuffleShards,

@@ -2,9 +2,9 @@
 
 import pytest
 
-from talk_helpers import training
-from talk_helpers.distributed import run_world
-from talk_helpers.simulate import simulate
+from talk_helpers.lessons import training
+from talk_helpers.model.simulate import simulate
+from talk_helpers.runtime.world import run_world
 
 pytestmark = [pytest.mark.distributed,
               pytest.mark.filterwarnings("ignore:This DataLoader will create")]

@@ -5,8 +5,8 @@ import base64
 import ipywidgets as widgets
 import pytest
 
-from talk_helpers.toy.basics import IterableIds, MapStyleIds
-from talk_helpers.trace import run_loader
+from talk_helpers.lessons.datasets.basics import IterableIds, MapStyleIds
+from talk_helpers.lessons.trace import run_loader
 from talk_helpers.widgets.buffer_shuffle import BufferExplorer
 from talk_helpers.widgets.dataloader_steps import NONE_NOTE, step_through
 from talk_helpers.widgets.hang_predictor import HangPredictor

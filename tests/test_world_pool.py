@@ -8,15 +8,19 @@ import subprocess
 import sys
 import time
 import types
+from pathlib import Path
 
 import psutil
 import pytest
 import torch
+import world_functions as wf
 from test_distributed import DescendantRecorder, _live_descendants
 from torch.utils.data import DataLoader
 
-from talk_helpers import distributed as d
-from talk_helpers import world_pool
+from talk_helpers.lessons import world_demos
+from talk_helpers.runtime import rank_entry
+from talk_helpers.runtime import warm as world_pool
+from talk_helpers.runtime import world as d
 
 pytestmark = pytest.mark.distributed
 
@@ -37,9 +41,10 @@ def keep_workers_alive(rank: int, world_size: int) -> int:
 def read_sharded(rank: int, world_size: int, shard_sizes=(5, 3, 3, 3),
                  fail: bool = False) -> dict:
     """Every batch of the toy sharded loader, and the pids of its workers."""
-    from talk_helpers.toy.ddp import make_sharded_loader
+    from talk_helpers.lessons.datasets.ddp import make_sharded_loader
 
-    loader = make_sharded_loader(rank, world_size, 0, shard_sizes=list(shard_sizes))
+    loader = make_sharded_loader(rank, world_size, 0, shard_sizes=list(shard_sizes),
+                                 keep_workers=True)
     batches = [b.tolist() for b in loader]
     kept = loader._iterator  # None unless the workers persist
     pids = sorted(w.pid for w in kept._workers) if kept is not None else []
@@ -74,13 +79,13 @@ def fail_while_a_peer_works_on(rank: int, world_size: int, ignore_interrupts: bo
 def objects_collections_walk(rank: int, world_size: int, load_ddp: bool = False
                              ) -> tuple[int, bool]:
     """How many objects a full garbage collection walks here, and whether torch (and with
-    ``load_ddp``, DDP's torch._dynamo, loaded through :func:`d.load_ddp`) is loaded."""
+    ``load_ddp``, DDP's torch._dynamo, loaded through :func:`rank_entry.load_ddp`) is loaded."""
     import gc
 
     if load_ddp:
-        d.load_ddp()
+        rank_entry.load_ddp()
     return len(gc.get_objects()), all(m in sys.modules for m in
-                                      ["torch", *(d.WARM_IMPORTS if load_ddp else [])])
+                                      ["torch", *(rank_entry.WARM_IMPORTS if load_ddp else [])])
 
 
 class _WalkedInWorker(torch.utils.data.IterableDataset):
@@ -114,8 +119,8 @@ def no_warm_worlds():
 
 
 def test_a_second_call_reuses_the_ranks_and_says_so():
-    first = d.run_world(d.process_id, 2, **WARM)
-    second = d.run_world(d.process_id, 2, **WARM)
+    first = d.run_world(wf.process_id, 2, **WARM)
+    second = d.run_world(wf.process_id, 2, **WARM)
     assert first.ok and second.ok
     assert second.results == first.results
     assert (first.warm, second.warm) == (False, True)
@@ -125,7 +130,8 @@ def test_a_second_call_reuses_the_ranks_and_says_so():
 
 
 def test_a_warm_spawn_world_gives_the_same_results_as_a_fresh_one():
-    fns = (d.all_reduce_sum, d.rank_and_world, functools.partial(d.torch_draws, seed=7))
+    fns = (world_demos.all_reduce_sum, world_demos.rank_and_world,
+           functools.partial(wf.torch_draws, seed=7))
 
     def outcome(reuse):
         return [d.run_world(fn, 2, start_method="spawn", reuse=reuse, timeout_s=120).results
@@ -135,7 +141,7 @@ def test_a_warm_spawn_world_gives_the_same_results_as_a_fresh_one():
     warm_first = outcome(True)
     warm_again = outcome(True)
     assert fresh == warm_first == warm_again
-    env = [d.run_world(d.rank_env, 2, start_method="spawn", reuse=True).results
+    env = [d.run_world(wf.rank_env, 2, start_method="spawn", reuse=True).results
            for _ in range(2)]
     assert [e["RANK"] for e in env[1]] == ["0", "1"]
     assert env[0][0]["MASTER_PORT"] != env[1][0]["MASTER_PORT"]  # a new group per call
@@ -143,7 +149,7 @@ def test_a_warm_spawn_world_gives_the_same_results_as_a_fresh_one():
 
 
 def test_unseeded_draws_in_a_warm_world_are_new_on_every_call_as_in_new_processes():
-    draws = [d.run_world(d.torch_draws, 2, **WARM).results for _ in range(3)]
+    draws = [d.run_world(wf.torch_draws, 2, **WARM).results for _ in range(3)]
     flat = [tuple(x) for call in draws for x in call]
     assert len(set(flat)) == len(flat)
 
@@ -160,46 +166,46 @@ def test_workers_a_call_leaves_running_are_stopped_before_it_returns():
 
 def test_a_hang_stops_the_warm_world_and_leaves_no_process():
     before = _live_descendants()
-    assert d.run_world(d.all_reduce_sum, 2, **WARM).ok
+    assert d.run_world(world_demos.all_reduce_sum, 2, **WARM).ok
     with DescendantRecorder() as recorder:
-        report = d.run_world(d.hang_with_workers, 2, args=(2,), start_method="fork",
+        report = d.run_world(wf.hang_with_workers, 2, args=(2,), start_method="fork",
                              reuse=True, timeout_s=4.0)
     assert [r.status for r in report.ranks] == ["timeout", "timeout"]
     assert report.warm
     assert recorder.survivors() == []
     assert d.warm_worlds() == []
     assert _live_descendants() == before
-    assert d.run_world(d.all_reduce_sum, 2, **WARM).results == [3.0, 3.0]
+    assert d.run_world(world_demos.all_reduce_sum, 2, **WARM).results == [3.0, 3.0]
 
 
 def test_a_rank_that_dies_stops_the_warm_world_and_the_next_call_starts_a_new_one():
     before = _live_descendants()
-    first = d.run_world(d.process_id, 2, **WARM).results
+    first = d.run_world(wf.process_id, 2, **WARM).results
     report = d.run_world(die_on_rank, 2, **WARM)
     assert report.ranks[1].error.startswith("ProcessDied: the rank process exited with code 3")
     assert report.ranks[0].status == "stopped"
     assert d.warm_worlds() == []
     assert _live_descendants() == before
-    again = d.run_world(d.process_id, 2, **WARM)
+    again = d.run_world(wf.process_id, 2, **WARM)
     assert again.ok and not again.warm and set(again.results).isdisjoint(first)
 
 
 def test_ranks_that_raise_and_come_back_clean_are_kept_and_give_fresh_results():
-    first = d.run_world(d.process_id, 2, **WARM).results
-    report = d.run_world(d.fail_on_rank, 2, args=(1, "boom"), **WARM)
+    first = d.run_world(wf.process_id, 2, **WARM).results
+    report = d.run_world(wf.fail_on_rank, 2, args=(1, "boom"), **WARM)
     assert report.ranks[1].error == "ValueError: boom"
     assert report.warm
-    again = d.run_world(d.process_id, 2, **WARM)
+    again = d.run_world(wf.process_id, 2, **WARM)
     assert again.warm and again.results == first
-    fresh = d.run_world(d.all_reduce_sum, 2, start_method="fork", reuse=False)
-    assert d.run_world(d.all_reduce_sum, 2, **WARM).results == fresh.results
+    fresh = d.run_world(world_demos.all_reduce_sum, 2, start_method="fork", reuse=False)
+    assert d.run_world(world_demos.all_reduce_sum, 2, **WARM).results == fresh.results
 
 
 def test_a_collective_timeout_reads_the_same_in_a_warm_world():
-    fresh = d.run_world(d.hang_on_rank, 2, args=(0, 3), collective_timeout_s=2.0,
+    fresh = d.run_world(wf.hang_on_rank, 2, args=(0, 3), collective_timeout_s=2.0,
                         start_method="fork", reuse=False)
-    d.run_world(d.all_reduce_sum, 2, **WARM)
-    warm = d.run_world(d.hang_on_rank, 2, args=(0, 3), collective_timeout_s=2.0, **WARM)
+    d.run_world(world_demos.all_reduce_sum, 2, **WARM)
+    warm = d.run_world(wf.hang_on_rank, 2, args=(0, 3), collective_timeout_s=2.0, **WARM)
     assert warm.warm
     assert repr(warm).splitlines()[1:] == repr(fresh).splitlines()[1:]
 
@@ -207,8 +213,8 @@ def test_a_collective_timeout_reads_the_same_in_a_warm_world():
 def test_warm_ranks_are_capped_and_shutdown_leaves_no_process(monkeypatch):
     monkeypatch.setattr(world_pool, "MAX_WARM_RANKS", 3)
     before = _live_descendants()
-    d.run_world(d.rank_and_world, 2, **WARM)
-    d.run_world(d.rank_and_world, 3, **WARM)
+    d.run_world(world_demos.rank_and_world, 2, **WARM)
+    d.run_world(world_demos.rank_and_world, 3, **WARM)
     assert [w["world_size"] for w in d.warm_worlds()] == [3]
     assert d.shutdown_warm_worlds() == 1
     assert _live_descendants() == before
@@ -224,17 +230,20 @@ def test_reuse_defaults_to_spawn_and_forkserver_and_follows_the_variable(monkeyp
     assert d._resolve_reuse(None, "fork") is True
     monkeypatch.setenv("TALK_WARM_WORLD", "yes")
     with pytest.raises(ValueError, match="TALK_WARM_WORLD='yes' is not one of 0, 1"):
-        d.run_world(d.rank_and_world, 1, start_method="fork")
+        d.run_world(world_demos.rank_and_world, 1, start_method="fork")
 
 
 def test_a_bad_reuse_argument_is_rejected():
     with pytest.raises(TypeError, match="reuse must be True, False or None"):
-        d.run_world(d.rank_and_world, 1, start_method="fork", reuse="yes")
+        d.run_world(world_demos.rank_and_world, 1, start_method="fork", reuse="yes")
 
 
 def test_warm_ranks_exit_when_the_caller_is_killed():
-    code = ("from talk_helpers import distributed as d\n"
-            "r = d.run_world(d.process_id, 2, start_method='spawn', reuse=True, timeout_s=120)\n"
+    code = ("import sys\n"
+            f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            "import world_functions as wf\n"
+            "from talk_helpers.runtime import world as d\n"
+            "r = d.run_world(wf.process_id, 2, start_method='spawn', reuse=True, timeout_s=120)\n"
             "print(*r.results, flush=True)\n"
             "import time; time.sleep(3600)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -254,11 +263,11 @@ def test_warm_ranks_exit_when_the_caller_is_killed():
 
 
 def test_an_interrupt_sent_to_idle_warm_ranks_leaves_the_world_warm():
-    first = d.run_world(d.process_id, 2, **WARM)
+    first = d.run_world(wf.process_id, 2, **WARM)
     for pid in first.results:
         os.kill(pid, signal.SIGINT)
     time.sleep(0.3)
-    again = d.run_world(d.process_id, 2, **WARM)
+    again = d.run_world(wf.process_id, 2, **WARM)
     assert again.ok and again.warm and again.results == first.results
 
 
@@ -312,7 +321,7 @@ def test_a_warm_forkserver_rank_keeps_its_own_server_and_stops_it_with_the_world
 
 def test_an_audit_in_a_warm_world_builds_its_own_loaders_and_sees_every_worker(monkeypatch):
     from talk_helpers.audit import audit
-    from talk_helpers.toy.ddp import make_sharded_loader
+    from talk_helpers.lessons.datasets.ddp import make_sharded_loader
 
     monkeypatch.setenv("TALK_WARM_WORLD", "1")
     kept = d.run_world(read_sharded, 2, **WARM).results
@@ -324,14 +333,14 @@ def test_an_audit_in_a_warm_world_builds_its_own_loaders_and_sees_every_worker(m
 
 def test_a_rank_still_working_when_its_peer_failed_is_stopped_and_the_world_stays_warm():
     before = _live_descendants()
-    first = d.run_world(d.process_id, 2, **WARM).results
+    first = d.run_world(wf.process_id, 2, **WARM).results
     report = d.run_world(fail_while_a_peer_works_on, 2, **WARM)
     assert [r.status for r in report.ranks] == ["error", "stopped"]
     assert report.ranks[1].last_progress == "working"
     assert report.ranks[1].error is None
     assert "stopped because another rank failed" in repr(report)
     assert report.elapsed_s < 10  # not the 60 s rank 1 meant to work
-    again = d.run_world(d.process_id, 2, **WARM)
+    again = d.run_world(wf.process_id, 2, **WARM)
     assert again.ok and again.warm and again.results == first
     world_pool.shutdown_warm_worlds()
     assert _live_descendants() == before
@@ -339,20 +348,20 @@ def test_a_rank_still_working_when_its_peer_failed_is_stopped_and_the_world_stay
 
 def test_a_rank_that_will_not_stop_is_killed_and_the_next_call_starts_a_new_world():
     before = _live_descendants()
-    first = d.run_world(d.process_id, 2, **WARM).results
+    first = d.run_world(wf.process_id, 2, **WARM).results
     report = d.run_world(fail_while_a_peer_works_on, 2, args=(True,), **WARM)
     assert [r.status for r in report.ranks] == ["error", "stopped"]
     assert d.warm_worlds() == []
     assert _live_descendants() == before
-    again = d.run_world(d.process_id, 2, **WARM)
+    again = d.run_world(wf.process_id, 2, **WARM)
     assert again.ok and not again.warm and set(again.results).isdisjoint(first)
 
 
 def test_an_interrupt_between_calls_is_ignored_by_a_warm_rank():
-    first = d.run_world(d.process_id, 2, **WARM).results
+    first = d.run_world(wf.process_id, 2, **WARM).results
     os.kill(first[1], signal.SIGUSR1)
     time.sleep(0.2)
-    again = d.run_world(d.process_id, 2, **WARM)
+    again = d.run_world(wf.process_id, 2, **WARM)
     assert again.ok and again.warm and again.results == first
 
 
@@ -379,7 +388,7 @@ def test_the_workers_a_new_interpreter_rank_spawns_load_torch_unwalked_too(metho
     monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
     walked, main, _ = d.run_ranks(walked_in_a_spawned_worker, 1, start_method=method,
                                   reuse=False)[0]
-    assert main == "__mp_main__"  # talk_helpers.spawned_child ran first
+    assert main == "__mp_main__"  # talk_helpers.runtime.spawned_child ran first
     assert walked < 20_000, walked
 
 

@@ -113,7 +113,7 @@ def parse_args(argv=None, description: str = __doc__) -> argparse.Namespace:
 
 def describe(exc: BaseException) -> str:
     """``Type: first line`` of an exception, with gloo's source path and ports masked."""
-    from talk_helpers.distributed import mask_volatile
+    from talk_helpers.runtime.report import mask_volatile
 
     lines = str(exc).strip().splitlines()
     return mask_volatile(f"{type(exc).__name__}: {lines[0] if lines else ''}")
@@ -142,10 +142,10 @@ def train_epoch(rank: int, world_size: int) -> int:
     """One epoch of the DDP loop on this rank's batches; return the number of steps.
 
     Needs an initialised process group (torchrun, or
-    ``talk_helpers.distributed.run_world(train_epoch, 2)`` from a notebook). With unequal
+    ``talk_helpers.runtime.world.run_world(train_epoch, 2)`` from a notebook). With unequal
     batches per rank it raises :class:`CollectiveFailed` at the collective timeout.
     """
-    from talk_helpers.distributed import report_progress
+    from talk_helpers.runtime.in_rank import report_progress
 
     torch.set_num_threads(1)
     model = make_model()

@@ -37,7 +37,7 @@ from talk_helpers.demos.hang import (
     start_demo,
     train_step,
 )
-from talk_helpers.distributed import report_progress
+from talk_helpers.runtime.in_rank import report_progress
 
 FIXES = ("flag", "join")
 
@@ -81,7 +81,7 @@ def train_with_join(model, optimiser, loader) -> tuple[int, float, int]:
 
 def train_epoch(rank: int, world_size: int, fix: str = "flag") -> dict:
     """One epoch of the DDP loop kept in step by ``fix``; needs a process group (torchrun
-    or ``talk_helpers.distributed.run_world``). Returns steps, batches left unread and the
+    or ``talk_helpers.runtime.world.run_world``). Returns steps, batches left unread and the
     epoch loss summed over ranks."""
     if fix not in FIXES:
         raise ValueError(f"fix must be one of {', '.join(FIXES)}, got {fix!r}")

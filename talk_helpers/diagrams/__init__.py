@@ -1,7 +1,7 @@
 """Figures drawn from real runs, one module per topic.
 
 Each module draws from data a notebook (or its ``FIGURES`` entry) recorded, with the
-Okabe-Ito palette (:data:`talk_helpers.notebook.PALETTE`) and labelled axes. ``FIGURES``
+Okabe-Ito palette (:data:`talk_helpers.palette.PALETTE`) and labelled axes. ``FIGURES``
 in a module maps a file name in ``imgs/`` to a zero-argument function returning a
 matplotlib Figure; ``python -m talk_helpers.diagrams imgs/`` regenerates them all.
 

@@ -1,11 +1,11 @@
 """DDP figures for notebooks 05 and 06: the world in one picture, who reads which sample,
-and how many batches each rank gets (from :mod:`talk_helpers.simulate` or a real run)."""
+and how many batches each rank gets (from :mod:`talk_helpers.model.simulate` or a real run)."""
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 from talk_helpers.diagrams import shown_once
-from talk_helpers.notebook import PALETTE
+from talk_helpers.palette import PALETTE
 
 __all__ = ["ddp_picture", "placement_pairs", "rank_worker_grids", "batches_per_rank", "FIGURES"]
 
@@ -95,7 +95,7 @@ def _ddp_picture_figure():
 
 
 def _uneven_batches_figure():
-    from talk_helpers.simulate import simulate
+    from talk_helpers.model.simulate import simulate
 
     sim = simulate([5, 3, 3, 3], nodes=2, workers=2, micro_batch_size=4)
     return batches_per_rank(sim, title="4 uneven shards, 2 ranks × 2 workers, micro-batch 4")

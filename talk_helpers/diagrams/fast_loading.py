@@ -4,7 +4,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from talk_helpers.diagrams import shown_once
-from talk_helpers.notebook import PALETTE
+from talk_helpers.palette import PALETTE
 
 # Drawn from live measurements only: nothing is committed to imgs/.
 FIGURES: dict = {}

@@ -6,7 +6,7 @@ import numpy as np
 from matplotlib.patches import FancyBboxPatch, Rectangle
 
 from talk_helpers.diagrams import shown_once
-from talk_helpers.notebook import PALETTE
+from talk_helpers.palette import PALETTE
 
 __all__ = ["FIGURES", "bytes_moved", "group_layout", "indexed_dataset_indices"]
 
@@ -78,7 +78,7 @@ def group_layout(grid, roles=None, title=None):
 
 
 def indexed_dataset_indices(samples, n_tokens: int = 64):
-    """The three indices of a :class:`~talk_helpers.megatron_data.GPTSamples`.
+    """The three indices of a :class:`~talk_helpers.lessons.megatron_data.GPTSamples`.
 
     Top: documents laid end to end in document-index order. Middle: the samples the sample
     index cuts from that stream (seq_len + 1 tokens, one token shared with the next).
@@ -157,7 +157,7 @@ def bytes_moved(tables: dict):
 
 
 def _layout_figure():
-    from talk_helpers.parallel_groups import layout
+    from talk_helpers.model.parallel_groups import layout
 
     return group_layout(layout(8, tp=2, dp=2, pp=2))
 
@@ -165,7 +165,7 @@ def _layout_figure():
 def _indices_figure():
     import tempfile
 
-    from talk_helpers.megatron_data import GPTSamples, make_documents, write_indexed_dataset
+    from talk_helpers.lessons.megatron_data import GPTSamples, make_documents, write_indexed_dataset
 
     with tempfile.TemporaryDirectory() as d:
         write_indexed_dataset(f"{d}/corpus", make_documents([5, 11, 3, 8, 14, 6, 2, 9]))

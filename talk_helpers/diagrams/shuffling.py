@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from talk_helpers.diagrams import shown_once
-from talk_helpers.notebook import PALETTE
+from talk_helpers.palette import PALETTE
 
 __all__ = ["class_counts", "class_mix", "mixing_vs_buffer", "buffer_curves", "FIGURES"]
 
@@ -71,8 +71,8 @@ def mixing_vs_buffer(buffer_sizes, curves, *, size=None, ax=None):
 def buffer_curves(buffer_sizes, setups, *, batch_size=20, epochs=2):
     """Mixing score per buffer size for each setup (label -> dict of BufferShuffled
     arguments plus ``num_workers``), computed with the in-process loader simulation."""
-    from talk_helpers.mixing import shuffle_report
-    from talk_helpers.toy.shuffling import BufferShuffled, labels_of, simulate_loader
+    from talk_helpers.checks.mixing import shuffle_report
+    from talk_helpers.lessons.datasets.shuffling import BufferShuffled, labels_of, simulate_loader
 
     curves = {}
     for label, setup in setups.items():
@@ -102,8 +102,8 @@ def _mixing_vs_buffer_figure():
 
 
 def _within_shard_figure():
-    from talk_helpers.mixing import shuffle_report
-    from talk_helpers.toy.shuffling import (
+    from talk_helpers.checks.mixing import shuffle_report
+    from talk_helpers.lessons.datasets.shuffling import (
         CLASSES,
         SharedSeedShuffle,
         labels_of,

@@ -1,7 +1,7 @@
 """Which worker (or rank and worker) produced which sample, and how big each batch was.
 
 Both figures take what a real run recorded: (sample id, who) pairs, or a
-:class:`talk_helpers.trace.LoaderRun`. "Who" is a worker id, or a (rank, worker) tuple.
+:class:`talk_helpers.lessons.trace.LoaderRun`. "Who" is a worker id, or a (rank, worker) tuple.
 """
 
 from collections import Counter
@@ -12,7 +12,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch
 
 from talk_helpers.diagrams import shown_once
-from talk_helpers.notebook import PALETTE
+from talk_helpers.palette import PALETTE
 
 __all__ = ["assignment_grid", "assignment_grids", "batch_sizes", "FIGURES"]
 
@@ -110,8 +110,8 @@ def batch_sizes(runs, *, batch_size=None):
 # --- The committed figures (imgs/), each from a real run ----------------------------------
 
 def _sharding_figure():
-    from talk_helpers.toy.basics import BlockShardedIds, IterableIds, ModuloShardedIds
-    from talk_helpers.trace import run_loader
+    from talk_helpers.lessons.datasets.basics import BlockShardedIds, IterableIds, ModuloShardedIds
+    from talk_helpers.lessons.trace import run_loader
 
     size, kw = 40, {"batch_size": 5, "num_workers": 4}
     return assignment_grids({
@@ -125,8 +125,8 @@ def _sharding_figure():
 
 
 def _partial_batches_figure():
-    from talk_helpers.toy.basics import MapStyleIds, ModuloShardedIds
-    from talk_helpers.trace import run_loader
+    from talk_helpers.lessons.datasets.basics import MapStyleIds, ModuloShardedIds
+    from talk_helpers.lessons.trace import run_loader
 
     kw = {"batch_size": 10, "num_workers": 4}
     return batch_sizes({

@@ -1,7 +1,8 @@
 """The first cell of every notebook: ``from talk_helpers.notebook import setup_notebook``.
 
 It applies the start-method switch (and, under forkserver, starts the server with torch
-preloaded), a colour-blind-safe matplotlib style and seeds, and
+preloaded; under spawn, workers start from :mod:`talk_helpers.runtime.spawned_child`),
+a colour-blind-safe matplotlib style and seeds, and
 silences one warning whose text depends on the machine's core count (so stored outputs
 are the same on a 2-core CI machine and an 8-core laptop). Nothing else is hidden.
 """
@@ -12,11 +13,9 @@ import warnings
 import numpy as np
 import torch
 
-from talk_helpers.start_method import apply_start_method, start_forkserver
-
-# Okabe-Ito: distinguishable with every common colour-vision deficiency.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
-           "#000000")
+from talk_helpers.palette import PALETTE
+from talk_helpers.runtime.rank_entry import name_spawned_child_main
+from talk_helpers.runtime.start_method import apply_start_method, start_forkserver
 
 CORE_COUNT_WARNING = r"This DataLoader will create \d+ worker processes in total"
 
@@ -24,6 +23,7 @@ CORE_COUNT_WARNING = r"This DataLoader will create \d+ worker processes in total
 def setup_notebook(seed: int = 0) -> None:
     """Prepare a notebook kernel for deterministic, machine-independent outputs."""
     apply_start_method()
+    name_spawned_child_main()
     start_forkserver()
     warnings.filterwarnings("ignore", message=CORE_COUNT_WARNING, category=UserWarning)
     random.seed(seed)

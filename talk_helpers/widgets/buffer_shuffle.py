@@ -1,8 +1,8 @@
 """Explore buffer shuffles: buffer size, workers and shards, and what each batch holds.
 
-Every redraw computes the loader's order with :func:`talk_helpers.toy.shuffling.
+Every redraw computes the loader's order with :func:`talk_helpers.lessons.datasets.shuffling.
 simulate_loader` (checked in notebook 03 against a real DataLoader run) for two epochs,
-measures it with :func:`talk_helpers.mixing.shuffle_report` and draws the class
+measures it with :func:`talk_helpers.checks.mixing.shuffle_report` and draws the class
 histogram of the first batches.
 
     from talk_helpers.widgets.buffer_shuffle import BufferExplorer
@@ -14,9 +14,10 @@ from __future__ import annotations
 import ipywidgets as widgets
 import numpy as np
 
+from talk_helpers.arguments import check_int
+from talk_helpers.checks.mixing import shuffle_report
 from talk_helpers.diagrams.shuffling import class_mix
-from talk_helpers.mixing import shuffle_report
-from talk_helpers.toy.shuffling import (
+from talk_helpers.lessons.datasets.shuffling import (
     CLASSES,
     SIZE,
     BufferShuffled,
@@ -24,7 +25,6 @@ from talk_helpers.toy.shuffling import (
     rebatched_orders,
     simulate_loader,
 )
-from talk_helpers.widgets.arguments import check_int
 from talk_helpers.widgets.still import WithStill, figure_png, png_width
 
 __all__ = ["BufferExplorer", "explore"]

@@ -1,7 +1,7 @@
 """Step through a DataLoader epoch: main process, index queues, workers, result queue.
 
 The batches, the worker that built each one and the order the main process received
-them come from a real run (:func:`talk_helpers.trace.run_loader`). The steps in between
+them come from a real run (:func:`talk_helpers.lessons.trace.run_loader`). The steps in between
 replay DataLoader's own rules (prefetch ``prefetch_factor`` tasks per worker, hand tasks
 out round-robin, deliver in task order, one new task per batch taken), with the workers
 taking turns in lockstep. Real workers run concurrently, so their timing differs from run
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 
-from talk_helpers.notebook import PALETTE
+from talk_helpers.palette import PALETTE
 from talk_helpers.widgets.still import WithStill, figure_png, short_line, table_figure
 
 __all__ = ["Step", "StepThrough", "replay", "render_step", "step_through"]

@@ -1,5 +1,5 @@
 """Will this DDP epoch hang? Sliders for the data layout, a table of batches per rank and
-a verdict, all from :func:`talk_helpers.simulate.simulate` (no process is started).
+a verdict, all from :func:`talk_helpers.model.simulate.simulate` (no process is started).
 
     from talk_helpers.widgets.hang_predictor import HangPredictor
     HangPredictor()
@@ -9,8 +9,8 @@ import html
 
 import ipywidgets as widgets
 
-from talk_helpers.simulate import POLICIES, seed000_rule, shard_sizes_for, simulate
-from talk_helpers.widgets.arguments import check_choice, check_int
+from talk_helpers.arguments import check_choice, check_int
+from talk_helpers.model.simulate import POLICIES, seed000_rule, shard_sizes_for, simulate
 from talk_helpers.widgets.still import WithStill, figure_png, table_figure
 
 __all__ = ["HangPredictor"]

@@ -11,8 +11,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
 CELLS = [
     "from talk_helpers.notebook import setup_notebook\nsetup_notebook()",
-    "from talk_helpers.trace import run_loader\n"
-    "from talk_helpers.toy.basics import IterableIds\n"
+    "from talk_helpers.lessons.trace import run_loader\n"
+    "from talk_helpers.lessons.datasets.basics import IterableIds\n"
     "from talk_helpers.widgets.dataloader_steps import step_through\n"
     "step_through(run_loader(IterableIds(6), batch_size=3, num_workers=2), start=3)",
     "from talk_helpers.widgets.hang_predictor import HangPredictor\n"

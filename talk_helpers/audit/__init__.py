@@ -1,0 +1,17 @@
+"""The audit: run a loader in every rank of a real world, check what it yields, report.
+
+``from talk_helpers.audit import audit`` in a notebook; ``python -m talk_helpers.audit
+module:factory`` on the command line (:mod:`talk_helpers.audit.cli`). The names below load
+on first use, so that ``--help`` answers before torch is imported.
+"""
+
+import importlib
+
+__all__ = ["AuditReport", "EpochAudit", "RankEpoch", "audit", "build_report",
+           "collect_batches", "collect_ids"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        return getattr(importlib.import_module("talk_helpers.audit.core"), name)
+    raise AttributeError(f"module 'talk_helpers.audit' has no attribute {name!r}")

@@ -1,0 +1,19 @@
+"""The first functions notebook 05 runs in a real world: what a rank sees, and one
+collective that every rank must join."""
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["all_reduce_sum", "rank_and_world"]
+
+
+def rank_and_world(rank: int, world_size: int) -> tuple[int, int]:
+    """Return what this rank sees: ``(dist.get_rank(), dist.get_world_size())``."""
+    return dist.get_rank(), dist.get_world_size()
+
+
+def all_reduce_sum(rank: int, world_size: int, value: float | None = None) -> float:
+    """All-reduce one number per rank (``rank + 1`` by default); every rank gets the sum."""
+    t = torch.tensor([float(rank + 1 if value is None else value)])
+    dist.all_reduce(t)
+    return t.item()

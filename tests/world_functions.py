@@ -1,0 +1,83 @@
+"""Small rank functions for the tests of real worlds: they fail, hang or report on purpose.
+
+Module-level, so that ranks started with spawn or forkserver can import them (pytest puts
+this folder on ``sys.path``, and a spawned rank receives the parent's ``sys.path``).
+"""
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from talk_helpers.runtime.in_rank import report_progress
+
+
+def fail_on_rank(rank: int, world_size: int, bad_rank: int = 0,
+                 message: str = "failed on purpose") -> int:
+    """Raise ValueError(message) on ``bad_rank``; the other ranks wait in a barrier."""
+    report_progress("before the barrier")
+    if rank == bad_rank:
+        raise ValueError(message)
+    dist.barrier()
+    return rank
+
+
+def hang_on_rank(rank: int, world_size: int, stuck_rank: int = 0, steps: int = 3,
+                 sleep_s: float = 3600.0) -> int:
+    """Every rank all-reduces ``steps`` times, but ``stuck_rank`` sleeps before the last one."""
+    for step in range(steps):
+        report_progress(f"step {step}")
+        if rank == stuck_rank and step == steps - 1:
+            time.sleep(sleep_s)
+        dist.all_reduce(torch.ones(1))
+    return rank
+
+
+def hang_with_workers(rank: int, world_size: int, num_workers: int = 2,
+                      sleep_s: float = 3600.0) -> int:
+    """Start a DataLoader with workers, take one batch, then sleep with the workers alive."""
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(list(range(64)), batch_size=4, num_workers=num_workers)
+    it = iter(loader)
+    next(it)
+    report_progress(f"{num_workers} workers started")
+    time.sleep(sleep_s)
+    return rank
+
+
+def rank_env(rank: int, world_size: int) -> dict[str, str]:
+    """The torchrun-style variables this rank sees."""
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+             "MASTER_PORT")
+    return {name: os.environ.get(name, "") for name in names}
+
+
+def torch_draws(rank: int, world_size: int, n: int = 3, seed: int | None = None) -> list[float]:
+    """``n`` draws from this rank's global torch RNG, seeded with ``seed`` if given."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    return torch.rand(n).tolist()
+
+
+def process_id(rank: int, world_size: int) -> int:
+    """This rank's process id (for tests of warm worlds; never shown in a notebook)."""
+    return os.getpid()
+
+
+def worker_start(rank: int, world_size: int) -> dict:
+    """How this rank's DataLoader workers would start: method and forkserver preload."""
+    from multiprocessing import forkserver
+
+    method = mp.get_start_method()
+    preload = forkserver._forkserver._preload_modules if method == "forkserver" else None
+    return {"start_method": method, "forkserver_preload": preload}
+
+
+def worker_main_module(batch) -> str:
+    """A collate function that names the main module of the worker running it."""
+    import sys
+
+    return sys.modules["__main__"].__spec__.name
