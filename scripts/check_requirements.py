@@ -6,8 +6,8 @@ except these, which it prints:
 
 * litdata requires torchvision: not installed, litdata's streaming path does not import it;
 * mosaicml-streaming: only its numpy-only partition and shuffle modules are loaded
-  (talk_helpers.libraries.audits.streaming_modules); the package itself is not importable here,
-  so its requirements are reported, not enforced.
+  (talk_helpers.libraries.streaming_assignment.streaming_modules); the package itself is
+  not importable here, so its requirements are reported, not enforced.
 """
 
 from __future__ import annotations

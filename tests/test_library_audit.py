@@ -6,8 +6,8 @@ import tarfile
 import numpy as np
 import pytest
 
+import talk_helpers.libraries as la
 from talk_helpers.audit import audit
-from talk_helpers.libraries import audits as la
 
 in_process = functools.partial(audit, world_size=2, epochs=2, expected=la.N_SAMPLES,
                                in_process=True)
@@ -18,13 +18,13 @@ def _fixed(rank, world_size, epoch, *, batches):
 
 
 def test_wds_shards_hold_every_id_once_in_order_and_are_reused():
-    paths = la.wds_shards((3, 2))
+    paths = la.write_tar_shards((3, 2))
     ids = []
     for path in paths:
         with tarfile.open(path) as tar:
             ids += [int(tar.extractfile(m).read()) for m in tar.getmembers()]
     assert ids == [0, 1, 2, 3, 4]
-    assert la.wds_shards((3, 2)) == paths
+    assert la.write_tar_shards((3, 2)) == paths
 
 
 def test_resume_verdict_tells_exact_reordered_and_lossy_runs_apart():
@@ -160,20 +160,20 @@ def test_litdata_shuffle_keeps_chunks_together():
 
 
 def test_seed_pattern2_silently_drops_the_shards_left_after_integer_division():
-    report = in_process(la.make_seed_pattern2, shuffle=False)
-    assert len(report.checks[0].exactly_once.missing) == la.SEED_SHARDS[-1]
+    report = in_process(la.make_guide_pattern2, shuffle=False)
+    assert len(report.checks[0].exactly_once.missing) == la.GUIDE_SHARDS[-1]
     assert report.checks[0].batch_counts.counts == (5, 5)
-    fixed = in_process(functools.partial(la.make_seed_pattern2,
+    fixed = in_process(functools.partial(la.make_guide_pattern2,
                                          load=la.load_sharded_round_robin), shuffle=False)
     assert fixed.checks[0].exactly_once.ok and fixed.checks[0].batch_counts.counts == (8, 5)
 
 
 @pytest.mark.timeout(600)
 def test_seed_webdataset_pattern_raises_under_ddp_and_with_a_node_splitter_rereads_shards():
-    raw = audit(la.make_seed_pattern3, world_size=2, epochs=1, expected=la.N_SAMPLES,
+    raw = audit(la.make_guide_pattern3, world_size=2, epochs=1, expected=la.N_SAMPLES,
                 timeout_s=500)
     assert "explicit nodesplitter" in la.short_error(raw)
-    split = audit(functools.partial(la.make_seed_pattern3, split_nodes=True), world_size=2,
+    split = audit(functools.partial(la.make_guide_pattern3, split_nodes=True), world_size=2,
                   epochs=1, expected=la.N_SAMPLES, timeout_s=500)
     once = split.checks[0].exactly_once
     assert split.error is None and len(once.duplicates) == la.N_SAMPLES and not once.missing

@@ -590,7 +590,9 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
             start_method=start_method, reuse=reuse, preload_ddp=False,
         )
         if not world.ok:
-            bad = world.ranks[world.failed_ranks[0]]
+            # The rank that raised, died or hung, not one stopped because of it.
+            failed = [world.ranks[r] for r in world.failed_ranks]
+            bad = min(failed, key=lambda r: ("error", "timeout", "stopped").index(r.status))
             if bad.error is not None:
                 what = bad.error
             elif bad.status == "timeout":

@@ -12,7 +12,6 @@ job would print:
 - :func:`with_py_spy`: rank 1 runs ``py-spy dump`` on rank 0 while it waits.
 """
 
-import contextlib
 import os
 import re
 import shutil
@@ -24,6 +23,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from talk_helpers.third_party import native_stderr_silenced
+
 __all__ = ["plain_timeout", "with_debug_detail", "with_monitored_barrier", "with_py_spy",
            "stack_frames"]
 
@@ -32,20 +33,6 @@ def _check_hold(hold_s: float, wait_s: float) -> None:
     for name, value in (("hold_s", hold_s), ("wait_s", wait_s)):
         if not isinstance(value, int | float) or not 0 < value <= 60:
             raise ValueError(f"{name} must be a number of seconds in (0, 60], got {value!r}")
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Keep gloo's C++ log lines (timestamped, on file descriptor 2) out of the notebook:
-    the message they repeat is returned instead."""
-    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -59,7 +46,7 @@ def _rank0_all_reduce(group) -> str:
     """Rank 0's side of every hang: an all-reduce on ``group`` that the other rank never
     joins; returns the first line of the error it ends with."""
     try:
-        with _quiet_stderr():
+        with native_stderr_silenced():
             dist.all_reduce(torch.ones(1), group=group)
     except RuntimeError as exc:
         return _first_line(exc)
@@ -106,7 +93,7 @@ def with_monitored_barrier(rank: int, world_size: int, hold_s: float = 3.0,
         time.sleep(hold_s)
         return "held"
     try:
-        with _quiet_stderr():
+        with native_stderr_silenced():
             dist.monitored_barrier(timeout=timedelta(seconds=wait_s))
     except RuntimeError as exc:
         return _first_line(exc)

@@ -15,11 +15,9 @@ which do not.
 import importlib.util
 import io
 import os
-import sys
 import tarfile
 import time
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -38,6 +36,7 @@ from talk_helpers.lessons.datasets.fast import (
     open_tokens,
 )
 from talk_helpers.progress import progress as progress_bar
+from talk_helpers.third_party import hub_offline, native_stderr_silenced
 
 KINDS = ("map", "iterable", "batched", "reference", "hf", "wds")
 KIND_LABELS = {
@@ -317,9 +316,8 @@ def _hf_mask(example, work):
 
 def hf_iterable(path, *, work: int = 1, num_shards: int = 2):
     """The memmap as an HF ``datasets`` IterableDataset, masked by ``.map``, torch format."""
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import datasets
+    with hub_offline():
+        import datasets
 
     tokens = np.asarray(open_tokens(path))
     table = datasets.Dataset.from_dict({"id": np.arange(len(tokens)), "tokens": tokens})
@@ -454,7 +452,7 @@ def profile_loop(loader: Iterable, step: Callable, *, max_steps: int = 20,
     from torch.profiler import ProfilerActivity, profile, record_function
 
     iterator = iter(loader)
-    with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU]) as prof:
+    with native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(max_steps):
             with record_function("fetch batch"):
                 try:
@@ -465,21 +463,6 @@ def profile_loop(loader: Iterable, step: Callable, *, max_steps: int = 20,
                 step(batch)
     del iterator
     return prof.key_averages().table(sort_by="cpu_time_total", row_limit=row_limit)
-
-
-@contextmanager
-def _native_stderr_silenced():
-    """Send file descriptor 2 to /dev/null: the profiler's C++ side logs its start and stop
-    there, which a notebook would store as noise. Python exceptions are unaffected."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 # ---------------------------------------------------------------------------- the grid

@@ -213,12 +213,12 @@ def webdataset_reads(epochs=2, num_workers=2, num_shards=8, size=SIZE, shardshuf
 
     import webdataset as wds
 
-    from talk_helpers.libraries.audits import wds_shards
+    from talk_helpers.lessons.datasets.shard_files import write_tar_shards
 
     sizes = [len(r) for r in shard_ranges(size, num_shards)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dataset = wds.WebDataset(wds_shards(sizes), shardshuffle=shardshuffle, seed=seed,
+        dataset = wds.WebDataset(write_tar_shards(sizes), shardshuffle=shardshuffle, seed=seed,
                                  nodesplitter=None, empty_check=False)
     used_seed = dataset.seed
     if buffer_size:

@@ -23,7 +23,7 @@ my_causes = {"b", "c"}
 # Fix: set_epoch on the dataset after the split; balance the ranks yourself (drop or pad
 # to equal batches, or stop all ranks together, notebook 06).
 # The same audit from the shell:
-#   python -m talk_helpers.audit talk_helpers.libraries.audits:mystery_loader
+#   python -m talk_helpers.audit talk_helpers.libraries.hugging_face:mystery_loader
 #       (with --world-size 2 --epochs 2 --expected 61 --shuffle)
 """,
 }

@@ -1,0 +1,72 @@
+"""litdata: an optimized folder read by ``StreamingDataset`` and ``StreamingDataLoader``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from torch.utils.data import DataLoader
+
+from talk_helpers.libraries.common import (
+    BATCH_SIZE,
+    CACHE_DIR,
+    N_SAMPLES,
+    NUM_WORKERS,
+    loader_kwargs,
+    quiet,
+)
+
+
+def _litdata_item(index: int) -> dict:
+    return {"id": index}
+
+
+def litdata_dir(n: int = N_SAMPLES, chunk_size: int = 8) -> str:
+    """``litdata.optimize`` of the ids ``0..n-1`` in chunks of ``chunk_size`` (61 ids: eight
+    chunks, the last of 5), written once into a temporary folder and renamed into place, so
+    ranks that race all find the same complete folder. Its progress output is swallowed."""
+    import contextlib
+
+    folder = os.path.join(CACHE_DIR, f"litdata-{n}-{chunk_size}")
+    if os.path.exists(os.path.join(folder, "index.json")):
+        return folder
+    import litdata
+
+    os.makedirs(CACHE_DIR, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="litdata-", dir=CACHE_DIR)
+    out = os.path.join(tmp, "out")
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), \
+            contextlib.redirect_stderr(sink):
+        litdata.optimize(fn=_litdata_item, inputs=list(range(n)), output_dir=out,
+                         chunk_size=chunk_size, num_workers=1)
+    try:
+        os.rename(out, folder)
+    except OSError:          # another rank got there first; its folder is the same
+        pass
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def make_litdata_loader(rank: int, world_size: int, epoch: int, *, n: int = N_SAMPLES,
+                        shuffle: bool = True, seed: int = 42, drop_last: bool | None = None,
+                        num_workers: int = NUM_WORKERS, batch_size: int = BATCH_SIZE,
+                        plain_dataloader: bool = False):
+    """``StreamingDataset(optimized folder, shuffle=…, seed=…)`` in a
+    ``StreamingDataLoader``. litdata reads rank and world size from ``torch.distributed``.
+    The loader counts epochs itself (``current_epoch``, +1 at every ``iter``); setting it to
+    ``epoch`` is the value a loader reused for ``epoch`` epochs holds.
+    ``plain_dataloader=True`` uses torch's ``DataLoader`` instead, which never calls
+    ``set_epoch``."""
+    import litdata
+
+    quiet()
+    ds = litdata.StreamingDataset(litdata_dir(n), shuffle=shuffle, seed=seed,
+                                  drop_last=drop_last)
+    if plain_dataloader:
+        return DataLoader(ds, batch_size=batch_size, **loader_kwargs(num_workers))
+    loader = litdata.StreamingDataLoader(ds, batch_size=batch_size,
+                                         **loader_kwargs(num_workers))
+    loader.current_epoch = epoch
+    return loader

@@ -1,0 +1,129 @@
+"""Libraries side by side: one row per audited loader, with its resume verdict."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from html import escape
+
+import numpy as np
+
+from talk_helpers.palette import BAD_COLOUR as BAD
+from talk_helpers.palette import INFO_COLOUR as INFO
+from talk_helpers.palette import OK_COLOUR as OK
+
+
+def short_error(report) -> str:
+    """The innermost exception of the first failed rank, as ``Type: message`` (no paths,
+    no process ids): what a notebook shows when a library crashes inside a rank."""
+    text = report.error or ""
+    if report.world is not None and report.world.failed_ranks:
+        text = report.world.ranks[report.world.failed_ranks[0]].error or text
+    found = re.findall(r"([A-Za-z_]+(?:Error|Exception): [^\n]*?)(?=\s+[A-Za-z_]+"
+                       r"(?:Error|Exception): |$)", str(text).strip())
+    return found[-1].strip() if found else str(text).strip().splitlines()[-1]
+
+
+def resume_verdict(uninterrupted, resumed) -> tuple[bool, str]:
+    """Compare a resumed run with the uninterrupted one, rank by rank and epoch by epoch:
+    the same ids in the same order is exact; otherwise count what was lost or repeated."""
+    if resumed.error is not None or uninterrupted.error is not None:
+        return False, "could not run"
+    lost = repeated = 0
+    same_order = True
+    for e in range(min(uninterrupted.n_epochs, resumed.n_epochs)):
+        for r in range(uninterrupted.world_size):
+            a, b = uninterrupted.ids(e, r), resumed.ids(e, r)
+            if not np.array_equal(a, b):
+                same_order = False
+            ca, cb = Counter(a.tolist()), Counter(b.tolist())
+            lost += sum((ca - cb).values())
+            repeated += sum((cb - ca).values())
+    if lost == 0 and repeated == 0:
+        return True, "exact" if same_order else "same samples, other order"
+    parts = [f"{lost} lost" if lost else "", f"{repeated} repeated" if repeated else ""]
+    return False, " · ".join(p for p in parts if p)
+
+
+@dataclass
+class LibraryRow:
+    """One line of the table: an audit, and optionally the same loader resumed."""
+
+    name: str
+    report: object
+    resumed: object = None
+    resume_note: str = "not supported"
+
+    def cells(self) -> list[tuple[bool | None, str]]:
+        rep = self.report
+        if rep.error is not None:
+            return [(False, "did not finish")] + [(None, "—")] * 4
+        bad = [c.exactly_once for c in rep.checks if not c.exactly_once.ok]
+        if bad:
+            worst = max(bad, key=lambda x: len(x.missing) + len(x.duplicates))
+            parts = []
+            if worst.missing:
+                parts.append(f"{len(worst.missing)} missing")
+            if worst.duplicates:
+                parts.append(f"{len(worst.duplicates)} duplicated")
+            if worst.unexpected:
+                parts.append(f"{len(worst.unexpected)} unexpected")
+            once = (False, " · ".join(parts))
+        else:
+            once = (True, "yes")
+        counts = [list(c.batch_counts.counts.values()) if isinstance(c.batch_counts.counts, dict)
+                  else list(c.batch_counts.counts) for c in rep.checks]
+        uneven = [c for c in counts if len(set(c)) > 1]
+        shown = uneven[0] if uneven else counts[0]
+        balanced = (not uneven, " / ".join(map(str, shown)) + ("" if not uneven else "  hang"))
+        if rep.order_changes:
+            changes = all(all(v) for v in rep.order_changes.values())
+            order = (changes, "changes" if changes else "repeats")
+            if getattr(rep, "shuffle_expected", None) is False:
+                order = (None, order[1] + " (no shuffle asked)")
+        else:
+            order = (None, "—")
+        mixing = (None, "—") if rep.shuffle is None else (None, f"{rep.shuffle.mixing:.2f}")
+        if self.resumed is None:
+            resume = (None, self.resume_note)
+        elif self.resumed.error is not None:
+            resume = (False, "crashed: " + short_error(self.resumed))
+        else:
+            resume = resume_verdict(rep, self.resumed)
+        return [once, balanced, order, mixing, resume]
+
+
+HEADERS = ["loader", "exactly once", "batches per rank", "order across epochs",
+           "mixing", "mid-epoch resume"]
+
+
+class AuditTable:
+    """Rows of :class:`LibraryRow`, shown as one table (text and HTML)."""
+
+    def __init__(self, rows: list[LibraryRow]) -> None:
+        self.rows = list(rows)
+
+    def _grid(self) -> list[list[tuple[bool | None, str]]]:
+        return [[(None, row.name)] + row.cells() for row in self.rows]
+
+    def __repr__(self) -> str:
+        grid = [[(None, h) for h in HEADERS]] + self._grid()
+        texts = [[("✔ " if ok is True else "✘ " if ok is False else "") + t for ok, t in line]
+                 for line in grid]
+        widths = [max(len(line[i]) for line in texts) for i in range(len(HEADERS))]
+        return "\n".join("  ".join(t.ljust(w) for t, w in zip(line, widths, strict=True)).rstrip()
+                         for line in texts)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th style='text-align:left'>{escape(h)}</th>" for h in HEADERS)
+        body = []
+        for line in self._grid():
+            tds = []
+            for ok, text in line:
+                mark = "✔ " if ok is True else "✘ " if ok is False else ""
+                colour = OK if ok is True else BAD if ok is False else INFO
+                tds.append(f"<td style='text-align:left;color:{colour}'>"
+                           f"{escape(mark + text)}</td>")
+            body.append("<tr>" + "".join(tds) + "</tr>")
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

@@ -1,0 +1,52 @@
+"""How the collection runs third-party code: offline, and without noise on native stderr.
+
+Both are context managers a caller asks for; importing this module changes nothing.
+"""
+
+import contextlib
+import os
+import sys
+import tempfile
+
+# Hugging Face reads these when ``datasets`` (or ``huggingface_hub``) is first imported.
+HUB_OFFLINE = {
+    "HF_DATASETS_OFFLINE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "HF_DATASETS_CACHE": os.path.join(tempfile.gettempdir(), "talk_helpers_hf_cache"),
+}
+
+
+@contextlib.contextmanager
+def hub_offline():
+    """Run the block with Hugging Face offline and its cache in a temporary folder; the
+    variables a caller already set are kept, and the environment is restored after.
+
+    Import ``datasets`` inside the block the first time: it reads them at import."""
+    saved = {name: os.environ.get(name) for name in HUB_OFFLINE}
+    for name, value in HUB_OFFLINE.items():
+        os.environ.setdefault(name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def native_stderr_silenced():
+    """Send file descriptor 2 to /dev/null for the block: C++ log lines (gloo's timestamped
+    messages, the profiler's start and stop) that a notebook would store as noise. Python
+    exceptions still propagate; what they say is returned or raised, not printed."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
