@@ -5,17 +5,15 @@ Each check returns a small report: ``.ok`` for a self-check, a one-line ``repr``
 ``_repr_html_`` for a notebook cell. Nothing here starts a process.
 """
 
-from talk_helpers.checks.core import (
+from talk_helpers.checks.batches import (
     BatchCountReport,
     BatchSizeReport,
-    DrawReport,
-    ExactlyOnceReport,
     check_batch_counts,
     check_batch_sizes,
-    check_exactly_once,
-    check_random_draws,
-    ids_of,
 )
+from talk_helpers.checks.draws import DrawReport, check_random_draws
+from talk_helpers.checks.exactly_once import ExactlyOnceReport, check_exactly_once
+from talk_helpers.checks.ids import ids_of
 from talk_helpers.checks.mixing import ShuffleReport, StepMixing, shuffle_report, step_report
 
 __all__ = [
