@@ -82,12 +82,12 @@ slides: $(STAMP)
 	$(BIN)/python scripts/build_slides.py build/slides
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/loader_throughput.py
+	$(BIN)/python -m benchmarks.loader_throughput
 
 # Per-cell times under fork, forkserver and spawn -> benchmarks/results/notebook_times.md
 # (REPEAT=3: the median of three runs of each notebook, with the spread)
 bench-notebooks: $(STAMP)
-	$(BIN)/python benchmarks/notebook_times.py --repeat $(or $(REPEAT),1)
+	$(BIN)/python -m benchmarks.notebook_times --repeat $(or $(REPEAT),1)
 
 clean:
 	rm -rf build $(VENV)

@@ -1,6 +1,6 @@
 """How fast is check_exactly_once on ten million ids, compared with a Counter loop?
 
-Run: ``.venv/bin/python benchmarks/check_speed.py``. Prints a markdown table and writes it
+Run: ``.venv/bin/python -m benchmarks.check_speed``. Prints a markdown table and writes it
 to ``benchmarks/results/check_speed.md``. Each figure is the best of a few repeats.
 """
 

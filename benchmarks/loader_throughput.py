@@ -1,6 +1,6 @@
 """Loader throughput: samples/s of six ways to read one token memmap, and the ceiling.
 
-Usage: python benchmarks/loader_throughput.py [--samples N] [--seconds S] [--work W]
+Usage: python -m benchmarks.loader_throughput [--samples N] [--seconds S] [--work W]
 
 Writes benchmarks/results/loader_throughput.md (the table) and .png (the plot). Every
 row reads the same generated int32 tokens and applies the same per-sample masking, so the

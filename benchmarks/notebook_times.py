@@ -1,6 +1,6 @@
 """How long does each notebook cell take under fork, forkserver and spawn?
 
-Run: ``make bench-notebooks`` (or ``.venv/bin/python benchmarks/notebook_times.py
+Run: ``make bench-notebooks`` (or ``.venv/bin/python -m benchmarks.notebook_times
 [--methods fork,spawn] [notebooks/05_ddp_sharding.ipynb ...]``: a partial run prints its
 tables and writes them only where ``--output`` says). Every notebook runs top to
 bottom in a fresh kernel once per start method (``TALK_START_METHOD``), one notebook at a
@@ -51,8 +51,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from process_starts import STARTUP_CODE, ProcessWatch, interpreter_cpu_s  # noqa: E402
+from benchmarks.process_starts import STARTUP_CODE, ProcessWatch, interpreter_cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "notebook_times.md"

@@ -1,6 +1,6 @@
 """What does Python's teardown of a spawned DataLoader worker cost an epoch?
 
-Run: ``.venv/bin/python benchmarks/spawn_worker_exit.py``. One epoch of a spawn DataLoader
+Run: ``.venv/bin/python -m benchmarks.spawn_worker_exit``. One epoch of a spawn DataLoader
 (``MapStyleIds(64)``, batches of 8) with 2 and 4 workers, in two rows that differ only in
 how the workers end: as talk_helpers ends them (``os._exit(0)`` once the worker loop has
 run, see :mod:`talk_helpers.runtime.worker_exit`) or with Python's usual teardown (the hook taken

@@ -13,13 +13,12 @@ from talk_helpers.checks.mixing import (
     ShuffleReport,
     batch_mixing,
     block_counts,
-    buffer_shuffle,
     effective_groups,
     rank_mixing,
     shuffle_report,
     step_report,
-    unbatch_shuffle_rebatch,
 )
+from talk_helpers.model.buffers import buffer_shuffle, unbatch_shuffle_rebatch
 
 N = 1000
 CLASSES = np.arange(N) // 100          # stored sorted by class, as per-class folders are

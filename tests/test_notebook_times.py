@@ -1,15 +1,9 @@
 """The notebook timing benchmark: which target each cell gets, and which excuses it lists."""
 
-import importlib.util
-from pathlib import Path
-
 import nbformat
 import pytest
 
-_PATH = Path(__file__).resolve().parent.parent / "benchmarks" / "notebook_times.py"
-_spec = importlib.util.spec_from_file_location("notebook_times", _PATH)
-nt = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(nt)
+from benchmarks import notebook_times as nt
 
 
 def _cell(tags=(), **metadata):

@@ -5,12 +5,10 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import process_starts as ps  # noqa: E402
+from benchmarks import process_starts as ps
 
 # Waits for a line on stdin, then starts one new interpreter that imports torch, one that
 # does not, and one fork; each lives long enough to be seen, and all are waited for.

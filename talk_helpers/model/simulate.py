@@ -18,24 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-POLICIES = ("round_robin", "contiguous", "modulo_samples", "nested_modulo", "hf_datasets")
-"""How samples reach a (rank, worker):
-
-- ``round_robin``: whole shards, rank r takes shards r, r+W, …; then worker w takes the
-  rank's shards w, w+num_workers, … (HF ``datasets`` when shards divide by world size,
-  webdataset's ``split_by_node`` + ``split_by_worker``).
-- ``contiguous``: whole shards, a contiguous block of shards per rank, then a contiguous
-  block of the rank's shards per worker (sizes differ by at most one shard).
-- ``modulo_samples``: sample i goes to the (rank, worker) with global index
-  ``i % (W * num_workers) == rank * num_workers + worker`` (shard sizes do not matter).
-- ``nested_modulo``: the talk's two-level modulo, ``i % W == rank and i % num_workers ==
-  worker``; when gcd(W, num_workers) > 1 some workers get nothing.
-- ``hf_datasets``: ``datasets`` 5.2's ``split_dataset_by_node`` (strategy ``"auto"``) on a
-  ``to_iterable_dataset(num_shards)`` dataset. When the shard count divides by W it is
-  ``round_robin``. Otherwise every rank keeps *every* shard: worker w reads shards w,
-  w+num_workers, … and keeps one example in W of its own stream (position % W == rank), so
-  ranks differ by single examples, not by shards.
-"""
+from talk_helpers.model.dataloader import loader_batches
+from talk_helpers.model.sharding import POLICIES, worker_streams
 
 
 def simulate(shard_sizes: Sequence[int], *, nodes: int, workers: int, micro_batch_size: int,
@@ -55,53 +39,11 @@ def simulate(shard_sizes: Sequence[int], *, nodes: int, workers: int, micro_batc
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
 
     streams = worker_streams(sizes, nodes=nodes, workers=workers, policy=policy)
-    batches = [_dataloader_batches(per_worker, micro_batch_size, bool(drop_last))
+    batches = [loader_batches(per_worker, micro_batch_size, bool(drop_last))
                for per_worker in streams]
     return Simulation(shard_sizes=tuple(int(s) for s in sizes), nodes=nodes, workers=workers,
                       micro_batch_size=micro_batch_size, drop_last=bool(drop_last),
                       policy=policy, worker_samples=streams, batches=batches)
-
-
-def worker_streams(shard_sizes: Sequence[int], *, nodes: int, workers: int,
-                   policy: str = "round_robin") -> list[list[np.ndarray]]:
-    """The sample ids each worker of each rank yields, in order: ``[rank][worker]``.
-
-    With ``workers=0`` each rank has a single stream (index 0)."""
-    sizes = _check_sizes(shard_sizes)
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    shard_ids = [np.arange(starts[s], starts[s + 1], dtype=np.int64) for s in range(len(sizes))]
-    total = int(starts[-1])
-    n_streams = max(workers, 1)
-
-    def concat(indices) -> np.ndarray:
-        parts = [shard_ids[s] for s in indices]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-    out: list[list[np.ndarray]] = []
-    for rank in range(nodes):
-        if policy == "round_robin":
-            mine = list(range(rank, len(sizes), nodes))
-            out.append([concat(mine[w::n_streams]) for w in range(n_streams)])
-        elif policy == "contiguous":
-            mine = _blocks(list(range(len(sizes))), nodes)[rank]
-            out.append([concat(block) for block in _blocks(mine, n_streams)])
-        elif policy == "modulo_samples":
-            ids = np.arange(total, dtype=np.int64)
-            out.append([ids[ids % (nodes * n_streams) == rank * n_streams + w]
-                        for w in range(n_streams)])
-        elif policy == "hf_datasets" and len(sizes) % nodes == 0:  # strategy "shards"
-            mine = list(range(rank, len(sizes), nodes))
-            out.append([concat(mine[w::n_streams]) for w in range(n_streams)])
-        elif policy == "hf_datasets":  # strategy "examples", applied inside each worker
-            everyone = range(len(sizes))
-            out.append([concat(everyone[w::n_streams])[rank::nodes] for w in range(n_streams)])
-        elif policy == "nested_modulo":
-            ids = np.arange(total, dtype=np.int64)
-            on_rank = ids[ids % nodes == rank]
-            out.append([on_rank[on_rank % n_streams == w] for w in range(n_streams)])
-        else:
-            raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
-    return out
 
 
 def shard_sizes_for(dataset_size: int, num_shards: int) -> list[int]:
@@ -310,29 +252,6 @@ def ranks_named(ranks) -> str:
     if len(names) == 1:
         return f"rank {names[0]}"
     return f"ranks {', '.join(names[:-1])} and {names[-1]}"
-
-
-def _dataloader_batches(streams: list[np.ndarray], batch_size: int,
-                        drop_last: bool) -> list[np.ndarray]:
-    """Batch each worker's stream, then take one batch per worker in turn (exhausted
-    workers drop out of the rotation), as DataLoader's main process does."""
-    per_worker = []
-    for ids in streams:
-        n = len(ids) // batch_size if drop_last else math.ceil(len(ids) / batch_size)
-        per_worker.append([ids[i * batch_size:(i + 1) * batch_size] for i in range(n)])
-    rounds = max((len(b) for b in per_worker), default=0)
-    return [b[i] for i in range(rounds) for b in per_worker if i < len(b)]
-
-
-def _blocks(items: list, n: int) -> list[list]:
-    """``n`` contiguous blocks whose lengths differ by at most one (the first ones longer)."""
-    base, extra = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        stop = start + base + (1 if i < extra else 0)
-        out.append(items[start:stop])
-        start = stop
-    return out
 
 
 def _check_int(name: str, value, minimum: int) -> None:

@@ -15,12 +15,12 @@ from torch.utils.data import (
     get_worker_info,
 )
 
-POLICIES = ("round_robin", "contiguous", "modulo_samples", "nested_modulo")
+from talk_helpers.model.sharding import POLICIES, stream_ids
 
 
 class ShardedIds(IterableDataset):
     """Shards of ``shard_sizes`` consecutive ids, split over ranks then workers by
-    ``policy`` (see ``talk_helpers.model.simulate.POLICIES``). Rank and world size are given
+    ``policy`` (see :data:`talk_helpers.model.sharding.POLICIES`). Rank and world size are given
     when the dataset is built, so workers never ask torch.distributed."""
 
     def __init__(self, shard_sizes, rank: int, world_size: int, policy: str = "round_robin"):
@@ -34,34 +34,8 @@ class ShardedIds(IterableDataset):
     def __iter__(self):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        shards = []
-        start = 0
-        for size in self.shard_sizes:
-            shards.append(range(start, start + size))
-            start += size
-        total, world, rank = start, self.world_size, self.rank
-        if self.policy == "round_robin":
-            mine = shards[rank::world][worker::workers]
-            for shard in mine:
-                yield from shard
-        elif self.policy == "contiguous":
-            mine = _block(_block(shards, world, rank), workers, worker)
-            for shard in mine:
-                yield from shard
-        elif self.policy == "modulo_samples":
-            me = rank * workers + worker
-            yield from range(me, total, world * workers)
-        else:  # nested_modulo, the talk's two levels of modulo
-            for i in range(total):
-                if i % world == rank and i % workers == worker:
-                    yield i
-
-
-def _block(items: list, n: int, i: int) -> list:
-    """Block ``i`` of ``n`` contiguous blocks whose lengths differ by at most one."""
-    base, extra = divmod(len(items), n)
-    start = i * base + min(i, extra)
-    return items[start:start + base + (1 if i < extra else 0)]
+        yield from stream_ids(self.shard_sizes, self.rank, self.world_size, worker, workers,
+                              self.policy).tolist()
 
 
 class WorkerShardedOnly(IterableDataset):

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from talk_helpers.model.dataloader import loader_batches
 from talk_helpers.reference.sharded_iterable import ShardedIterableDataset, resolve_rank_and_world
 
 SHARD_SIZES = (26, 9, 14, 12)   # 61 samples in four uneven shards (think: files)
@@ -109,16 +110,10 @@ def _worker() -> tuple[int, int]:
 
 
 def simulated_batches(dataset, num_workers=NUM_WORKERS, batch_size=BATCH_SIZE) -> list:
-    """What ``DataLoader(dataset, batch_size, num_workers)`` yields, computed here: each
-    worker batches its own stream; the loader takes one batch per worker in turn."""
-    per_worker = []
-    for w in range(max(num_workers, 1)):
-        samples = list(dataset.stream(w, max(num_workers, 1)))
-        per_worker.append([samples[i:i + batch_size] for i in range(0, len(samples), batch_size)])
-    out = []
-    for step in range(max((len(b) for b in per_worker), default=0)):
-        out += [b[step] for b in per_worker if step < len(b)]
-    return out
+    """What ``DataLoader(dataset, batch_size, num_workers)`` yields, computed here
+    (:func:`talk_helpers.model.dataloader.loader_batches`)."""
+    n = max(num_workers, 1)
+    return loader_batches([list(dataset.stream(w, n)) for w in range(n)], batch_size)
 
 
 def make_step_loader(rank: int, world_size: int, epoch: int, *, step: int, seed: int = 0,

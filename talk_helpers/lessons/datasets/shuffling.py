@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from talk_helpers.checks.mixing import buffer_shuffle, unbatch_shuffle_rebatch
+from talk_helpers.model.buffers import buffer_shuffle, unbatch_shuffle_rebatch
+from talk_helpers.model.dataloader import loader_batches
 
 __all__ = [
     "SIZE", "CLASSES", "ShuffleAfterShard", "ShuffleBeforeShard", "SharedSeedShuffle",
@@ -260,20 +261,13 @@ def epoch_orders(make_loader, epochs=2) -> list[np.ndarray]:
 
 def simulate_loader(dataset, num_workers, batch_size) -> list[np.ndarray]:
     """The batches a DataLoader(dataset, batch_size, num_workers) yields, computed in this
-    process: every worker batches its own stream and the loader takes one batch from each
-    worker in turn, skipping workers that are done (``in_order=True``, the default)."""
-    per_worker, state = [], random.getstate()   # augmentations must not touch ours
-    for worker_id in range(max(num_workers, 1)):
-        ids = [s["id"] if isinstance(s, dict) else s
-               for s in dataset.stream(worker_id, max(num_workers, 1))]
-        per_worker.append([np.asarray(ids[i:i + batch_size], dtype=np.int64)
-                           for i in range(0, len(ids), batch_size)])
+    process (:func:`talk_helpers.model.dataloader.loader_batches`)."""
+    state = random.getstate()   # augmentations must not touch ours
+    n = max(num_workers, 1)
+    streams = [np.asarray([s["id"] if isinstance(s, dict) else s
+                           for s in dataset.stream(w, n)], dtype=np.int64) for w in range(n)]
     random.setstate(state)
-    out, step = [], 0
-    while any(step < len(w) for w in per_worker):
-        out.extend(w[step] for w in per_worker if step < len(w))
-        step += 1
-    return out
+    return loader_batches(streams, batch_size)
 
 
 def rebatched_orders(batches_per_epoch, buffer_size, batch_size, seed=0):
