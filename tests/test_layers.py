@@ -19,7 +19,7 @@ LAYERS = {
     "lessons": 4,
     "libraries": 5,
     "audit": 6,
-    "notebook": 7, "diagrams": 7, "widgets": 7, "demos": 7,
+    "notebook": 7, "diagrams": 7, "widgets": 7, "demos": 7, "exercises": 7,
 }
 
 

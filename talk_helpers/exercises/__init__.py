@@ -1,0 +1,128 @@
+"""Graders for the exercises: the learner edits a cell, a grader runs it and answers.
+
+A grader lives here, not in the notebook, so the answer never stands in a cell the
+learner can read. It returns a :class:`Grade`: *passes*, *not yet* with a hint that points
+at the problem without giving the answer, or *not tried* for an untouched stub (what the
+stored outputs show). One module per notebook thread, e.g. ``exercises.workers``.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import inspect
+import textwrap
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from talk_helpers.palette import BAD_COLOUR, INFO_COLOUR, OK_COLOUR
+
+__all__ = ["Grade", "attempt", "choice", "is_stub", "not_tried", "not_yet", "passes", "raised"]
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The answer to one attempt at exercise ``exercise`` (e.g. ``"02.3"``).
+
+    ``passed`` is True (passes), False (not yet) or None (not tried: the stub is
+    untouched). ``hint`` is shown only after a wrong attempt."""
+
+    exercise: str
+    passed: bool | None
+    message: str
+    hint: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.passed is True
+
+    def _head(self) -> tuple[str, str, str]:
+        if self.passed is True:
+            return "✔", "passes", OK_COLOUR
+        if self.passed is False:
+            return "✘", "not yet", BAD_COLOUR
+        return "·", "not tried yet", INFO_COLOUR
+
+    def __repr__(self) -> str:
+        mark, word, _ = self._head()
+        lines = [f"{mark} exercise {self.exercise} {word}: {self.message}"]
+        if self.hint and self.passed is False:
+            lines.append(f"  hint: {self.hint}")
+        return "\n".join(lines)
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        mark, word, colour = self._head()
+        out = (f'<div style="font-family:monospace"><span style="color:{colour};'
+               f'font-weight:bold">{mark} exercise {html.escape(self.exercise)} {word}</span>: '
+               f"{html.escape(self.message)}")
+        if self.hint and self.passed is False:
+            out += f"<br>&nbsp;&nbsp;hint: {html.escape(self.hint)}"
+        return out + "</div>"
+
+
+def passes(exercise: str, message: str) -> Grade:
+    """The attempt passes."""
+    return Grade(exercise, True, message)
+
+
+def not_yet(exercise: str, message: str, hint: str | None = None) -> Grade:
+    """The attempt does not pass yet; ``hint`` points at the problem, never the answer."""
+    return Grade(exercise, False, message, hint)
+
+
+def not_tried(exercise: str, message: str) -> Grade:
+    """The stub is untouched: what to do first."""
+    return Grade(exercise, None, message)
+
+
+def is_stub(value: Any) -> bool:
+    """Whether ``value`` is what a stub holds before the learner edits it: ``None``,
+    ``...``, or a function (a class: its ``__iter__``) whose body is only ``...`` or
+    ``pass`` (and a docstring)."""
+    if value is None or value is Ellipsis:
+        return True
+    if isinstance(value, type):
+        value = vars(value).get("__iter__", value)
+    try:
+        source = textwrap.dedent(inspect.getsource(value))
+        node = ast.parse(source).body[0]
+    except (TypeError, OSError, SyntaxError, IndexError):
+        return False
+    body = getattr(node, "body", None)
+    if not isinstance(body, list):
+        return False
+    return all(isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr)
+               and isinstance(stmt.value, ast.Constant)
+               and (stmt.value.value is Ellipsis or isinstance(stmt.value.value, str)))
+               for stmt in body)
+
+
+def raised(exercise: str, exc: BaseException, hint: str | None = None) -> Grade:
+    """*Not yet*: the learner's code raised; the message is its last line, not a dump."""
+    last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return not_yet(exercise, f"your code raised {last}", hint)
+
+
+def choice(exercise: str, answer: Any, *, options: Sequence, correct: Any,
+           hints: dict | None = None, explain: str = "") -> Grade:
+    """Grade a multiple-choice answer: ``None`` is not tried, a value outside ``options``
+    is refused with the options, a wrong option gets its own hint from ``hints``."""
+    if answer is None:
+        return not_tried(exercise, f"set your answer to one of {list(options)}")
+    if answer not in options:
+        return not_yet(exercise, f"{answer!r} is not one of {list(options)}")
+    if answer == correct:
+        return passes(exercise, explain or f"{answer!r} is right")
+    return not_yet(exercise, f"{answer!r} is not it", (hints or {}).get(answer))
+
+
+def attempt(exercise: str, run: Callable[[], Grade], *, hint: str | None = None) -> Grade:
+    """``run()``, or *not yet* naming the exception if the learner's code raised."""
+    try:
+        return run()
+    except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
+        return raised(exercise, exc, hint)
