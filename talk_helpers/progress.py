@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 from tqdm.std import tqdm
 
+from talk_helpers.arguments import require_int
+
 __all__ = ["progress"]
 
 REFRESH_S = 0.5
@@ -61,9 +63,7 @@ def progress(total: int | None = None, *, desc: str = "working", unit: str = "it
              disable: bool = False):
     """A bar with ``.update(n)``: tqdm's text in a notebook output that ends as a summary,
     plain tqdm elsewhere; ``disable=True`` draws nothing."""
-    if total is not None and (isinstance(total, bool) or not isinstance(total, int)
-                              or total < 0):
-        raise ValueError(f"total must be None or an int ≥ 0, got {total!r}")
+    require_int("total", total, minimum=0, allow_none=True)
     if disable or not _in_notebook():
         with tqdm(total=total, desc=desc, unit=unit, leave=False, disable=disable,
                   mininterval=REFRESH_S) as bar:

@@ -329,8 +329,8 @@ def test_oversized_batches_are_reported():
 @pytest.mark.parametrize(
     "batches, batch_size, error, message",
     [
-        ([[0]], 0, ValueError, "batch_size must be an int >= 1, got 0"),
-        ([[0]], 2.0, TypeError, "batch_size must be an int >= 1"),
+        ([[0]], 0, ValueError, "batch_size must be at least 1, got 0"),
+        ([[0]], 2.0, TypeError, "batch_size must be an int"),
         (iter([[0]]), 1, TypeError, "batches must be a list of batches"),
         ([[0], [0.5]], 1, TypeError, r"batches must hold integer ids, got float.* at batches\[1\]"),
     ],

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader, get_worker_info
 
+from talk_helpers.arguments import require_int
 from talk_helpers.checks import (
     BatchCountReport,
     BatchSizeReport,
@@ -563,14 +564,8 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
     if not callable(make_loader):
         raise TypeError(f"make_loader must be callable as make_loader(rank, world_size, "
                         f"epoch), got {make_loader!r}")
-    if isinstance(world_size, bool) or not isinstance(world_size, int):
-        raise TypeError(f"world_size must be an int, got {world_size!r}")
-    if world_size < 1:
-        raise ValueError(f"world_size must be at least 1, got {world_size}")
-    if isinstance(epochs, bool) or not isinstance(epochs, int):
-        raise TypeError(f"epochs must be an int, got {epochs!r}")
-    if epochs < 1:
-        raise ValueError(f"epochs must be at least 1, got {epochs}")
+    require_int("world_size", world_size, minimum=1)
+    require_int("epochs", epochs, minimum=1)
     if batch_ids is not None and not callable(batch_ids):
         raise TypeError(f"batch_ids must be None or a callable batch -> ids, got {batch_ids!r}")
     _validate_report_args(expected, batch_size, shuffle, dropped_by_design,

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from talk_helpers.checks.ids import ids_in, is_int
+from talk_helpers.arguments import is_int, require_int
+from talk_helpers.checks.ids import ids_in
 from talk_helpers.checks.verdict import listing, mark, verdict_html
 
 
@@ -51,10 +52,7 @@ def check_batch_sizes(batches, batch_size: int) -> BatchSizeReport:
 
     ``batches`` is a list of batches, each anything :func:`ids_of` accepts.
     """
-    if not is_int(batch_size):
-        raise TypeError(f"batch_size must be an int >= 1, got {type(batch_size).__name__}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size}")
+    require_int("batch_size", batch_size, minimum=1)
     if not isinstance(batches, list | tuple):
         raise TypeError(
             f"batches must be a list of batches, got {type(batches).__name__}; "

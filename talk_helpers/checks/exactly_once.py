@@ -8,7 +8,8 @@ from functools import cached_property
 
 import numpy as np
 
-from talk_helpers.checks.ids import ids_in, ids_of, is_int
+from talk_helpers.arguments import is_int
+from talk_helpers.checks.ids import ids_in, ids_of
 from talk_helpers.checks.verdict import listing, mark, verdict_html
 
 

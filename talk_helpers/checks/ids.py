@@ -8,6 +8,8 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from talk_helpers.arguments import is_int
+
 
 def ids_of(samples) -> np.ndarray:
     """Flatten sample ids into one int64 array.
@@ -24,8 +26,6 @@ _EMPTY = np.empty(0, dtype=np.int64)
 _INT64_MAX = np.iinfo(np.int64).max
 
 
-def is_int(value) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
 def ids_in(obj, name: str, where: str = "") -> np.ndarray:

@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from talk_helpers.arguments import require_int
+
 __all__ = [
     "GOOD_MIXING", "STALE_ORDER", "MIN_SAME_PAIRS", "MAX_BLOCKS", "NULL_DRAWS", "CHANCE_SDS",
     "ShuffleReport", "StepMixing",
@@ -537,10 +539,7 @@ def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None) -> 
 def _check_batch_size(batch_size, n: int) -> int:
     if batch_size is None:
         return max(2, round(math.sqrt(n)))
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-        raise TypeError(f"batch_size must be an int, got {batch_size!r}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    require_int("batch_size", batch_size, minimum=1)
     if batch_size > n:
         raise ValueError(f"batch_size ({batch_size}) is larger than an epoch ({n} samples)")
     return int(batch_size)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from talk_helpers.arguments import require_int
 from talk_helpers.model.dataloader import loader_batches
 from talk_helpers.model.sharding import POLICIES, worker_streams
 
@@ -255,10 +256,7 @@ def ranks_named(ranks) -> str:
 
 
 def _check_int(name: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be ≥ {minimum}, got {value}")
+    require_int(name, value, minimum=minimum)
 
 
 def _check_sizes(shard_sizes) -> np.ndarray:

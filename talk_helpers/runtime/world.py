@@ -56,6 +56,7 @@ import time
 import psutil
 import torch.multiprocessing as mp
 
+from talk_helpers.arguments import require_int, require_seconds
 from talk_helpers.runtime import rank_entry, warm
 from talk_helpers.runtime.in_rank import current_rank, report_progress
 from talk_helpers.runtime.processes import (
@@ -121,16 +122,11 @@ def _pickle_call(fn, args) -> bytes:
 def _validate(fn, world_size, args, timeout_s, collective_timeout_s) -> None:
     if not callable(fn):
         raise TypeError(f"fn must be callable as fn(rank, world_size, *args), got {fn!r}")
-    if isinstance(world_size, bool) or not isinstance(world_size, int):
-        raise TypeError(f"world_size must be an int, got {world_size!r}")
-    if world_size < 1:
-        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    require_int("world_size", world_size, minimum=1)
     if not isinstance(args, tuple):
         raise TypeError(f"args must be a tuple, got {type(args).__name__}")
-    for name, value in (("timeout_s", timeout_s), ("collective_timeout_s",
-                                                   collective_timeout_s)):
-        if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
-            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    require_seconds("timeout_s", timeout_s)
+    require_seconds("collective_timeout_s", collective_timeout_s)
 
 
 WARM_ENV_VAR = "TALK_WARM_WORLD"
