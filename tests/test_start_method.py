@@ -40,11 +40,13 @@ def test_start_forkserver_does_nothing_under_another_method(monkeypatch):
 def test_the_forkserver_children_start_with_torch_and_ddp_imports_already_done():
     import subprocess
     import sys
+    from pathlib import Path
 
     code = (
-        "import concurrent.futures as cf, multiprocessing as m\n"
-        "from talk_helpers.runtime.start_method import FORKSERVER_PRELOAD, is_imported, "
-        "start_forkserver\n"
+        "import concurrent.futures as cf, multiprocessing as m, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from world_functions import is_imported\n"
+        "from talk_helpers.runtime.start_method import FORKSERVER_PRELOAD, start_forkserver\n"
         "if __name__ == '__main__':\n"
         "    m.set_start_method('forkserver', force=True)\n"
         "    assert start_forkserver()\n"

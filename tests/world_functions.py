@@ -81,3 +81,10 @@ def worker_main_module(batch) -> str:
     import sys
 
     return sys.modules["__main__"].__spec__.name
+
+
+def is_imported(name: str) -> bool:
+    """Whether module ``name`` is imported in this process (e.g. preloaded by a forkserver)."""
+    import sys
+
+    return name in sys.modules

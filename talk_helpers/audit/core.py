@@ -49,6 +49,7 @@ from talk_helpers.checks import (
     check_batch_sizes,
     check_exactly_once,
     ids_of,
+    step_report,
 )
 from talk_helpers.runtime import world as distributed
 
@@ -664,7 +665,7 @@ def build_report(per_rank: list[list[RankEpoch]], *, expected=None,
                 for e in range(1, epochs)]
             for r in range(world_size)
         }
-        report.shuffle, report.shuffle_note = _shuffle(report, batch_size)
+        report.shuffle, report.shuffle_note = _shuffle(report)
     return report
 
 
@@ -678,27 +679,11 @@ def _worker_samples(seen: RankEpoch) -> list[int] | None:
     return counts
 
 
-def _shuffle(report: AuditReport, batch_size: int | None):
+def _shuffle(report: AuditReport):
     """Mixing of what a training step sees: each rank's micro-batches and the global step
-    (:func:`talk_helpers.checks.mixing.step_report`), or, where that is not available, the
-    shuffle report of the global order."""
-    from talk_helpers.checks import mixing
-
-    step_report = getattr(mixing, "step_report", None)
-    if step_report is not None:
-        try:
-            return step_report(report.epochs), None
-        except (TypeError, ValueError) as exc:
-            return None, f"not measured ({exc})"
-    orders = [report.global_order(e) for e in range(report.n_epochs)]
-    if len({len(o) for o in orders}) > 1:
-        return None, "not measured: the epochs have different lengths"
-    if len(orders[0]) < 2:
-        return None, "not measured: fewer than 2 samples per epoch"
+    (:func:`talk_helpers.checks.mixing.step_report`)."""
     try:
-        size = None if batch_size is None else min(batch_size * report.world_size,
-                                                   len(orders[0]))
-        return mixing.shuffle_report(orders, batch_size=size), None
+        return step_report(report.epochs), None
     except (TypeError, ValueError) as exc:
         return None, f"not measured ({exc})"
 

@@ -323,16 +323,6 @@ def batch_spread(order: np.ndarray, storage_rank: np.ndarray, n_distinct: int,
     return float(math.sqrt(observed / uniform))
 
 
-def group_mixing(codes_in_order: np.ndarray, batch_size: int, codes_all: np.ndarray) -> float:
-    """Group mixing of one order cut into batches of ``batch_size`` (codes 0..G-1)."""
-    same, total = _same_pairs(_cut(np.asarray(codes_in_order), batch_size))
-    sizes = np.bincount(codes_all).astype(np.float64)
-    n = sizes.sum()
-    if n < 2:
-        return float("nan")
-    return _ratio(same, total, float((sizes * (sizes - 1)).sum() / (n * (n - 1))))
-
-
 # --- the report ---------------------------------------------------------------------------
 
 

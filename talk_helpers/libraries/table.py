@@ -72,15 +72,14 @@ class LibraryRow:
             once = (False, " · ".join(parts))
         else:
             once = (True, "yes")
-        counts = [list(c.batch_counts.counts.values()) if isinstance(c.batch_counts.counts, dict)
-                  else list(c.batch_counts.counts) for c in rep.checks]
+        counts = [list(c.batch_counts.counts) for c in rep.checks]
         uneven = [c for c in counts if len(set(c)) > 1]
         shown = uneven[0] if uneven else counts[0]
         balanced = (not uneven, " / ".join(map(str, shown)) + ("" if not uneven else "  hang"))
         if rep.order_changes:
             changes = all(all(v) for v in rep.order_changes.values())
             order = (changes, "changes" if changes else "repeats")
-            if getattr(rep, "shuffle_expected", None) is False:
+            if rep.shuffle_expected is False:
                 order = (None, order[1] + " (no shuffle asked)")
         else:
             order = (None, "—")

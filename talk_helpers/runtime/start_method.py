@@ -11,7 +11,6 @@ receives the dataset pickled, exactly as without the preload.
 """
 
 import os
-import sys
 
 import torch.multiprocessing as mp
 
@@ -56,8 +55,3 @@ def start_forkserver() -> bool:
     mp.set_forkserver_preload(list(FORKSERVER_PRELOAD))
     forkserver.ensure_running()
     return True
-
-
-def is_imported(name: str) -> bool:
-    """Whether module ``name`` is imported in this process (e.g. preloaded by a forkserver)."""
-    return name in sys.modules
