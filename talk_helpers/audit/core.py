@@ -51,12 +51,13 @@ from talk_helpers.checks import (
     ids_of,
     step_report,
 )
+from talk_helpers.checks.verdict import colour_of, table_html
+from talk_helpers.palette import BAD_COLOUR, OK_COLOUR, WARN_COLOUR
 from talk_helpers.runtime import world as distributed
 
 __all__ = ["AuditReport", "EpochAudit", "RankEpoch", "audit", "build_report",
            "collect_batches", "collect_ids"]
 
-OK_COLOUR, BAD_COLOUR, WARN_COLOUR, INFO_COLOUR = "#009E73", "#D55E00", "#E69F00", "#000000"
 SHUFFLE_CHOICES = (None, True, False)
 ID_LIMIT = 20  # ids listed per problem in to_dict()
 
@@ -487,29 +488,17 @@ class AuditReport:
             if self.world is not None:
                 parts.append(self.world._repr_html_())
             return "".join(parts) + "</div>"
-        parts.append("<table><thead><tr><th>epoch</th><th style='text-align:left'>exactly "
-                     "once</th><th style='text-align:left'>batches per rank</th>"
-                     "<th style='text-align:left'>batch sizes</th></tr></thead><tbody>")
-        for c in self.checks:
-            sizes = "-" if c.batch_sizes is None else repr(c.batch_sizes)
-            parts.append(f"<tr><td>{c.epoch}</td>{_cell(c.once_line())}"
-                         f"{_cell(repr(c.batch_counts))}{_cell(sizes)}</tr>")
-        parts.append("</tbody></table>")
+        rows = [[str(c.epoch), c.once_line(), repr(c.batch_counts),
+                 "-" if c.batch_sizes is None else repr(c.batch_sizes)] for c in self.checks]
+        parts.append(table_html(["epoch", "exactly once", "batches per rank", "batch sizes"],
+                                rows))
         extra = [c.worker_line() for c in self.checks if c.worker_line() is not None]
         extra += [f"{text[:2]}{label}: {text[2:]}" if label else text
                   for label, text in self._order_rows()]
         extra.append(self.expected_note)
         for text in extra:
-            parts.append(f"<div style='color:{_colour(text)}'>{html.escape(text)}</div>")
+            parts.append(f"<div style='color:{colour_of(text)}'>{html.escape(text)}</div>")
         return "".join(parts) + "</div>"
-
-
-def _colour(text: str) -> str:
-    return {"✔": OK_COLOUR, "✘": BAD_COLOUR, "⚠": WARN_COLOUR}.get(text[:1], INFO_COLOUR)
-
-
-def _cell(text: str) -> str:
-    return f"<td style='text-align:left;color:{_colour(text)}'>{html.escape(text)}</td>"
 
 
 def _finite(value: float) -> float | None:

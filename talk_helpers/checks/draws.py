@@ -3,7 +3,6 @@ explains means a shared seed."""
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,8 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from talk_helpers.checks.verdict import BAD_MARK, OK_MARK, mark
-from talk_helpers.palette import BAD_COLOUR, OK_COLOUR
+from talk_helpers.checks.verdict import BAD_MARK, OK_MARK, mark, verdict_html
 
 
 def check_random_draws(draws, *, value: str = "draw", across=("worker", "rank", "epoch"),
@@ -120,14 +118,7 @@ class DrawReport:
     __str__ = __repr__
 
     def _repr_html_(self) -> str:
-        colour = OK_COLOUR if self.ok else BAD_COLOUR
-        rows = "".join(
-            f'<tr><td style="text-align:left">{html.escape(k)}</td>'
-            f'<td style="text-align:left">{html.escape(v)}</td></tr>'
-            for k, v in self._examples())
-        return (f'<div style="font-family:monospace"><span style="color:{colour};'
-                f'font-weight:bold">{mark(self.ok)}</span> {html.escape(self._head())}'
-                f'<table style="margin:2px 0 0 1.5em">{rows}</table></div>')
+        return verdict_html(self.ok, self._head(), self._examples())
 
 
 def _draw_columns(draws, value: str) -> dict[str, list]:

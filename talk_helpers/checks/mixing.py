@@ -49,7 +49,6 @@ Everything is computed with numpy on whole epochs at once.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,6 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from talk_helpers.arguments import require_int
+from talk_helpers.checks.verdict import verdict_html
 
 __all__ = [
     "GOOD_MIXING", "STALE_ORDER", "MIN_SAME_PAIRS", "MAX_BLOCKS", "NULL_DRAWS", "CHANCE_SDS",
@@ -368,11 +368,8 @@ class _MixingVerdict:
         return "\n".join(self._lines())
 
     def _repr_html_(self) -> str:
-        lines = [html.escape(line.strip()) for line in self._lines()]
-        colour = "#009E73" if self.ok else "#D55E00"
-        rest = "".join(f"<br>{line}" for line in lines[1:])
-        return (f'<div style="font-family: monospace"><b style="color: {colour}">{lines[0]}</b>'
-                f"{rest}</div>")
+        first, *rest = self._lines()
+        return verdict_html(first[:1], first[2:], details=rest)
 
 
 @dataclass(repr=False)  # the report reads as its verdict

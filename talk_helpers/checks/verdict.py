@@ -1,18 +1,34 @@
-"""How every check shows its verdict: ✔ or ✘, in the collection's colours, as one line of
-text for a talk and a small HTML block for a notebook cell."""
+"""How every verdict is shown: a mark (✔ passes, ✘ fails, ⚠ warns, · notes) in the
+collection's colours, as a line of text for a talk and a small HTML block for a notebook.
+
+Every report's ``_repr_html_`` is built from :func:`verdict_html` (a headline, example
+rows, detail lines) and :func:`table_html` (cells coloured by their own mark), so the
+same verdict looks the same in every notebook.
+"""
 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 
-from talk_helpers.palette import BAD_COLOUR, OK_COLOUR
+from talk_helpers.palette import BAD_COLOUR, INFO_COLOUR, OK_COLOUR, WARN_COLOUR
 
-OK_MARK, BAD_MARK = "✔", "✘"
+__all__ = ["BAD_MARK", "OK_MARK", "WARN_MARK", "colour_of", "listing", "mark",
+           "table_html", "verdict_html"]
+
+OK_MARK, BAD_MARK, WARN_MARK, NOTE_MARK = "✔", "✘", "⚠", "·"
+_COLOURS = {OK_MARK: OK_COLOUR, BAD_MARK: BAD_COLOUR, WARN_MARK: WARN_COLOUR}
+_MONO = "font-family:monospace"
 
 
 def mark(ok: bool) -> str:
     """✔ for a pass, ✘ for a failure."""
     return OK_MARK if ok else BAD_MARK
+
+
+def colour_of(text: str) -> str:
+    """The colour of a line by the mark it starts with (black for none)."""
+    return _COLOURS.get(text.strip()[:1], INFO_COLOUR)
 
 
 def listing(items: list, total: int, limit: int | None = None) -> str:
@@ -25,18 +41,36 @@ def listing(items: list, total: int, limit: int | None = None) -> str:
     return text
 
 
-def verdict_html(ok: bool, verdict: str, examples: list[tuple[str, str]]) -> str:
-    """The verdict line, coloured by ``ok``, over a small table of (label, example) rows."""
-    colour = OK_COLOUR if ok else BAD_COLOUR
-    head = (
-        f'<div style="font-family:monospace"><span style="color:{colour};font-weight:bold">'
-        f"{mark(ok)}</span> {html.escape(verdict)}"
-    )
-    if not examples:
-        return head + "</div>"
-    rows = "".join(
-        f'<tr><td style="color:{BAD_COLOUR};text-align:left">{html.escape(k)}</td>'
-        f'<td style="text-align:left">{html.escape(v)}</td></tr>'
-        for k, v in examples
-    )
-    return f'{head}<table style="margin:2px 0 0 1.5em">{rows}</table></div>'
+def verdict_html(ok: bool | str, headline: str, rows: Sequence[tuple[str, str]] = (),
+                 details: Sequence[str] = ()) -> str:
+    """A headline after its mark (``ok`` True/False, or a mark itself), then ``(label,
+    text)`` rows, a label coloured by its text's mark (a problem, ✘, when it has none),
+    then plain detail lines."""
+    sign = mark(ok) if isinstance(ok, bool) else ok
+    out = (f'<div style="{_MONO}"><span style="color:{colour_of(sign)};font-weight:bold">'
+           f"{sign}</span> {html.escape(headline)}")
+    if rows:
+        cells = "".join(
+            f'<tr><td style="color:{_label_colour(text)};text-align:left">'
+            f'{html.escape(label)}</td><td style="text-align:left">{html.escape(text)}</td></tr>'
+            for label, text in rows)
+        out += f'<table style="margin:2px 0 0 1.5em">{cells}</table>'
+    out += "".join(f'<div style="margin-left:1.5em">{html.escape(line.strip())}</div>'
+                   for line in details)
+    return out + "</div>"
+
+
+def table_html(headers: Sequence[str], rows: Sequence[Sequence[str]], *,
+               align: str = "left") -> str:
+    """A table whose cells take the colour of the mark they start with."""
+    head = "".join(f"<th style='text-align:{align}'>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td style='text-align:{align};color:{colour_of(str(cell))}'>"
+                         f"{html.escape(str(cell))}</td>" for cell in row) + "</tr>"
+        for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _label_colour(text: str) -> str:
+    found = colour_of(text)
+    return BAD_COLOUR if found == INFO_COLOUR else found

@@ -5,13 +5,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from html import escape
 
 import numpy as np
 
-from talk_helpers.palette import BAD_COLOUR as BAD
-from talk_helpers.palette import INFO_COLOUR as INFO
-from talk_helpers.palette import OK_COLOUR as OK
+from talk_helpers.checks.verdict import table_html
 
 
 def short_error(report) -> str:
@@ -115,14 +112,6 @@ class AuditTable:
                          for line in texts)
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th style='text-align:left'>{escape(h)}</th>" for h in HEADERS)
-        body = []
-        for line in self._grid():
-            tds = []
-            for ok, text in line:
-                mark = "✔ " if ok is True else "✘ " if ok is False else ""
-                colour = OK if ok is True else BAD if ok is False else INFO
-                tds.append(f"<td style='text-align:left;color:{colour}'>"
-                           f"{escape(mark + text)}</td>")
-            body.append("<tr>" + "".join(tds) + "</tr>")
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        marks = {True: "✔ ", False: "✘ ", None: ""}
+        return table_html(HEADERS, [[marks[ok] + text for ok, text in line]
+                                    for line in self._grid()])

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from talk_helpers.arguments import require_int
+from talk_helpers.checks.verdict import table_html, verdict_html
 from talk_helpers.model.dataloader import loader_batches
 from talk_helpers.model.sharding import POLICIES, worker_streams
 
@@ -215,14 +216,11 @@ class Simulation:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        colour = "#009E73" if self.ok else "#D55E00"
-        rows = "".join(f"<tr><td>{r}</td><td>{b}</td><td>{s}</td><td>{w}</td></tr>"
-                       for r, b, s, w in self._rows())
         head = html.escape(repr(self).splitlines()[0])
-        return (f"<div><p>{head}</p><table><tr><th>rank</th><th>batches</th>"
-                f"<th>samples</th><th>batches per worker</th></tr>{rows}</table>"
-                f"<p style='color:{colour};font-weight:bold'>{html.escape(self.verdict)}</p>"
-                "</div>")
+        table = table_html(["rank", "batches", "samples", "batches per worker"], self._rows(),
+                           align="right")
+        return (f"<div><p>{head}</p>{table}"
+                f"{verdict_html(self.ok, self.verdict[2:])}</div>")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from talk_helpers.palette import BAD_COLOUR, OK_COLOUR, PALETTE, WARN_COLOUR
+
 STATUSES = ("ok", "error", "timeout", "stopped")
 
 
@@ -126,8 +128,8 @@ class WorldReport:
     __str__ = __repr__
 
     def _repr_html_(self) -> str:
-        colour = {"ok": "#009E73", "error": "#D55E00", "timeout": "#E69F00",
-                  "stopped": "#CC79A7"}
+        colour = {"ok": OK_COLOUR, "error": BAD_COLOUR, "timeout": WARN_COLOUR,
+                  "stopped": PALETTE[3]}
         body = []
         for rank, status, progress, detail in self._rows():
             body.append(

@@ -25,6 +25,7 @@ from talk_helpers.lessons.datasets.shuffling import (
     rebatched_orders,
     simulate_loader,
 )
+from talk_helpers.palette import BAD_COLOUR, OK_COLOUR
 from talk_helpers.widgets.still import WithStill, figure_png, png_width
 
 __all__ = ["BufferExplorer", "explore"]
@@ -126,7 +127,7 @@ class BufferExplorer(WithStill, widgets.VBox):
         fig.set_figheight(fig.get_figheight() + 0.5)
         fig.text(0.5, 0.0, repr(self.report).splitlines()[0].replace(" · ", "\n"),
                  ha="center", va="top",
-                 fontsize=10, color="#009E73" if self.report.ok else "#D55E00")
+                 fontsize=10, color=OK_COLOUR if self.report.ok else BAD_COLOUR)
         return figure_png(fig, dpi=100)
 
 

@@ -10,14 +10,15 @@ import html
 import ipywidgets as widgets
 
 from talk_helpers.arguments import check_choice, check_int
+from talk_helpers.checks.verdict import verdict_html
 from talk_helpers.model.simulate import POLICIES, seed000_rule, shard_sizes_for, simulate
+from talk_helpers.palette import BAD_COLOUR, OK_COLOUR
 from talk_helpers.widgets.still import WithStill, figure_png, table_figure
 
 __all__ = ["HangPredictor"]
 
 SLIDER_WIDTH = "440px"   # label + readout + a track of ≥ 250 px: easy to drag
 LABEL_WIDTH = "90px"
-OK, BAD = "#009E73", "#D55E00"
 CELL = "border:1px solid #999;padding:3px 10px;text-align:right"
 
 
@@ -113,13 +114,12 @@ class HangPredictor(WithStill, widgets.VBox):
         head = "".join(f'<th style="{CELL};background:#eee">{h}</th>' for h in self.HEADER)
         body = "".join("<tr>" + "".join(f'<td style="{CELL}">{html.escape(v)}</td>' for v in row)
                        + "</tr>" for row in self._rows())
-        colour = OK if self.sim.ok else BAD
         rule = self._rule()
         rule_line = "" if rule is None else (
             f"<p>seed 000's rule of thumb: {html.escape(repr(rule).removeprefix('rule '))}</p>")
         return (f'<table style="border-collapse:collapse;margin:6px 0">'
                 f"<tr>{head}</tr>{body}</table>"
-                f'<p style="color:{colour};font-weight:bold">{html.escape(self.sim.verdict)}</p>'
+                f'<p>{verdict_html(self.sim.ok, self.sim.verdict[2:])}</p>'
                 + rule_line)
 
     def still_png(self) -> bytes:
@@ -128,8 +128,8 @@ class HangPredictor(WithStill, widgets.VBox):
                  f"{self.nodes.value} ranks × {self.workers.value} workers · micro-batch "
                  f"{self.micro_batch_size.value} · drop_last={self.drop_last.value}")
         if self.sim is None:
-            fig = table_figure(title, [], [], footer=self._problem(), footer_colour=BAD)
+            fig = table_figure(title, [], [], footer=self._problem(), footer_colour=BAD_COLOUR)
         else:
             fig = table_figure(title, self.HEADER, self._rows(), footer=self.sim.verdict,
-                               footer_colour=OK if self.sim.ok else BAD)
+                               footer_colour=OK_COLOUR if self.sim.ok else BAD_COLOUR)
         return figure_png(fig)
