@@ -15,6 +15,7 @@ which do not.
 import importlib.util
 import io
 import os
+import random
 import tarfile
 import time
 from collections.abc import Callable, Iterable
@@ -28,6 +29,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 from tqdm.std import tqdm
 
+from talk_helpers.arguments import require_int
 from talk_helpers.lessons.datasets.fast import (
     TokenBatchedIterableDataset,
     TokenIterableDataset,
@@ -35,6 +37,7 @@ from talk_helpers.lessons.datasets.fast import (
     mask_tokens,
     open_tokens,
 )
+from talk_helpers.model.buffers import buffer_shuffle
 from talk_helpers.progress import progress as progress_bar
 from talk_helpers.third_party import hub_offline, native_stderr_silenced
 
@@ -533,47 +536,29 @@ def grid_table(results: dict, ceiling, *, baseline: str = "map") -> str:
 # ---------------------------------------------------------------------------- mixing
 
 def rebatch(batches: Iterable, batch_size: int, *, buffer_size: int = 1000, seed: int = 0):
-    """Seed 001's main-process stage: unbatch, shuffle through a buffer, batch again.
+    """WebDataset's main-process stage (its distributed example's ``unbatched().shuffle(n)
+    .batched(b)``): unbatch, shuffle through a buffer
+    (:func:`talk_helpers.model.buffers.buffer_shuffle`), batch again.
 
     Takes dict batches of tensors (as the loaders above yield) and yields dicts of
     ``batch_size`` rows; the last batch may be short. Runs in the calling process.
     """
-    if batch_size < 1 or buffer_size < 1:
-        raise ValueError(f"batch_size and buffer_size must be ≥ 1, got {batch_size}, "
-                         f"{buffer_size}")
-    rng = np.random.default_rng(seed)
-    buffer: list = []
-    out: list = []
+    require_int("batch_size", batch_size, minimum=1)
+    require_int("buffer_size", buffer_size, minimum=1)
 
-    def rows(batch):
-        n = batch_len(batch)
-        return ({key: value[i] for key, value in batch.items()} for i in range(n))
+    def rows():
+        for batch in batches:
+            n = batch_len(batch)
+            yield from ({key: value[i] for key, value in batch.items()} for i in range(n))
 
-    def emit(row):
-        out.append(row)
-        if len(out) == batch_size:
-            batch = torch.utils.data.default_collate(out)
-            out.clear()
-            return batch
-        return None
-
-    for batch in batches:
-        for row in rows(batch):
-            if len(buffer) < buffer_size:
-                buffer.append(row)
-                continue
-            k = int(rng.integers(len(buffer)))
-            buffer[k], row = row, buffer[k]
-            ready = emit(row)
-            if ready is not None:
-                yield ready
-    rng.shuffle(buffer)
-    for row in buffer:
-        ready = emit(row)
-        if ready is not None:
-            yield ready
-    if out:
-        yield torch.utils.data.default_collate(out)
+    group: list = []
+    for row in buffer_shuffle(rows(), buffer_size, random.Random(seed)):
+        group.append(row)
+        if len(group) == batch_size:
+            yield torch.utils.data.default_collate(group)
+            group = []
+    if group:
+        yield torch.utils.data.default_collate(group)
 
 
 def blocks_per_batch(batches: Iterable, n_samples: int, parts: int) -> list[int]:
