@@ -1,8 +1,9 @@
 """The first cell of every notebook: ``from talk_helpers.notebook import setup_notebook``.
 
 It applies the start-method switch (and, under forkserver, starts the server with torch
-preloaded), a colour-blind-safe matplotlib style and seeds, and
-silences one warning whose text depends on the machine's core count (so stored outputs
+preloaded), enables ``%%importable`` cells (lesson code that workers and ranks can import,
+see :mod:`talk_helpers.notebook.cells`), a colour-blind-safe matplotlib style and seeds,
+and silences one warning whose text depends on the machine's core count (so stored outputs
 are the same on a 2-core CI machine and an 8-core laptop). Nothing else is hidden.
 """
 
@@ -12,6 +13,7 @@ import warnings
 import numpy as np
 import torch
 
+from talk_helpers.notebook import cells
 from talk_helpers.start_method import apply_start_method, start_forkserver
 
 # Okabe-Ito: distinguishable with every common colour-vision deficiency.
@@ -24,6 +26,7 @@ CORE_COUNT_WARNING = r"This DataLoader will create \d+ worker processes in total
 def setup_notebook(seed: int = 0) -> None:
     """Prepare a notebook kernel for deterministic, machine-independent outputs."""
     apply_start_method()
+    cells.enable()  # before the forkserver starts: it keeps the sys.path it started with
     start_forkserver()
     warnings.filterwarnings("ignore", message=CORE_COUNT_WARNING, category=UserWarning)
     random.seed(seed)
