@@ -713,9 +713,10 @@ def _check_sendable(obj, name: str) -> None:
     target = getattr(obj, "func", obj)
     if interactive and getattr(target, "__module__", None) == "__main__":
         raise TypeError(
-            f"{name}={getattr(target, '__qualname__', target)!r} is defined in the notebook, "
-            "so the rank processes cannot import it. Define it in a module (e.g. in "
-            "talk_helpers) and import it, or pass in_process=True for a pure simulation."
+            f"{name}={getattr(target, '__qualname__', target)!r} is defined in an ordinary "
+            "notebook cell, so the rank processes cannot import it. Start that cell with "
+            "%%importable, define it in a module and import it, or pass in_process=True "
+            "for a pure simulation."
         )
     try:
         pickle.dumps(obj)

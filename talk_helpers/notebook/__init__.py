@@ -2,7 +2,8 @@
 
 It applies the start-method switch (and, under forkserver, starts the server with torch
 preloaded; under spawn, workers start from :mod:`talk_helpers.runtime.spawned_child`),
-a colour-blind-safe matplotlib style and seeds, and
+enables ``%%importable`` cells (lesson code that workers and ranks can import, see
+:mod:`talk_helpers.notebook.cells`), a colour-blind-safe matplotlib style and seeds, and
 silences one warning whose text depends on the machine's core count (so stored outputs
 are the same on a 2-core CI machine and an 8-core laptop). Nothing else is hidden.
 """
@@ -13,6 +14,7 @@ import warnings
 import numpy as np
 import torch
 
+from talk_helpers.notebook import cells
 from talk_helpers.palette import PALETTE
 from talk_helpers.runtime.rank_entry import name_spawned_child_main
 from talk_helpers.runtime.start_method import apply_start_method, start_forkserver
@@ -24,6 +26,7 @@ def setup_notebook(seed: int = 0) -> None:
     """Prepare a notebook kernel for deterministic, machine-independent outputs."""
     apply_start_method()
     name_spawned_child_main()
+    cells.enable()  # before the forkserver starts: it keeps the sys.path it started with
     start_forkserver()
     warnings.filterwarnings("ignore", message=CORE_COUNT_WARNING, category=UserWarning)
     random.seed(seed)

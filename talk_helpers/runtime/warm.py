@@ -29,7 +29,8 @@ and gives each call what a fresh world would give it:
   second (a rank blocked inside a collective, say).
 
 Limits: module-level state that ``fn`` changes (a global, a patched function) stays for
-the next call, and a module edited on disk is not re-imported. Pass ``reuse=False`` to
+the next call, and a module edited on disk is not re-imported (an edited
+``%%importable`` cell is a new module, so warm ranks do import it). Pass ``reuse=False`` to
 :func:`run_world` (or set ``TALK_WARM_WORLD=0``) for a world started for one call.
 """
 

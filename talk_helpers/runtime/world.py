@@ -25,8 +25,9 @@ Start method: ``start_method`` if given, else ``TALK_START_METHOD`` (see
 :mod:`talk_helpers.runtime.start_method`), else multiprocessing's current default (fork on Linux
 before Python 3.14), the same rule DataLoader workers follow in these notebooks. All
 three work from a Jupyter kernel. Under spawn and forkserver, ``fn`` and ``args`` are
-pickled, so ``fn`` must be importable: a module-level function in ``talk_helpers`` or a
-``functools.partial`` of one, never a function defined in a notebook cell. The same rule
+pickled, so ``fn`` must be importable: a module-level function in a module or in an
+``%%importable`` cell (:mod:`talk_helpers.notebook.cells`), or a ``functools.partial`` of
+one; never a function defined in an ordinary notebook cell. The same rule
 is enforced under fork, so that a notebook behaves the same under every start method.
 
 What a world costs to start: fork a fraction of a second (the parent imports
@@ -104,9 +105,10 @@ def _pickle_call(fn, args) -> bytes:
         if interactive and getattr(target, "__module__", None) == "__main__" \
                 and callable(target):
             raise TypeError(
-                f"{what}={getattr(target, '__qualname__', target)!r} is defined in the "
-                "notebook, so a rank started with spawn or forkserver cannot import it. "
-                "Define it in a module (e.g. in talk_helpers) and import it."
+                f"{what}={getattr(target, '__qualname__', target)!r} is defined in an "
+                "ordinary notebook cell, so a rank started with spawn or forkserver cannot "
+                "import it. Start that cell with %%importable (after setup_notebook()), or "
+                "define it in a module and import it."
             )
         try:
             pickle.dumps(obj)
@@ -141,7 +143,8 @@ def run_world(fn, world_size: int, *, args: tuple = (), timeout_s: float = 60.0,
     """Run ``fn(rank, world_size, *args)`` in a real gloo world; never raises for rank failures.
 
     Args:
-        fn: a picklable callable (module-level function or functools.partial of one).
+        fn: a picklable callable (a module-level function, one from an %%importable cell,
+            or a functools.partial of one).
         world_size: number of rank processes, at least 1.
         args: extra positional arguments for ``fn`` (picklable).
         timeout_s: the deadline for the whole world, start-up included; ranks still
