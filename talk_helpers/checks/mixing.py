@@ -362,31 +362,37 @@ class _PairStats:
     same: int            # positions holding the same sample
     rho: float           # Spearman rank correlation
     expected: float      # positions two unrelated orders of these samples would share
+    batches: int         # batches the positions form: the correlation's sample size
 
     @classmethod
-    def of(cls, a: np.ndarray, b: np.ndarray) -> _PairStats:
+    def of(cls, a: np.ndarray, b: np.ndarray, batch_size: int) -> _PairStats:
         n = min(len(a), len(b))
         a, b = a[:n], b[:n]
         same = int(np.sum(a == b))
+        batches = -(-n // max(batch_size, 1))
         if n < 2:
-            return cls(n, same, 1.0, 1.0)
+            return cls(n, same, 1.0, 1.0, batches)
         both = np.concatenate([a, b])
         counts = _value_counts(both)
         shares = counts / len(both)
-        return cls(n, same, _spearman(a, b), max(1.0, n * float((shares * shares).sum())))
+        return cls(n, same, _spearman(a, b), max(1.0, n * float((shares * shares).sum())),
+                   batches)
 
 
 def _order_finding(pairs: list[_PairStats]) -> str | None:
     """"repeats", "similar" or None: repeats when at least STALE_ORDER of the positions
     hold the same sample (beyond chance), similar when |Spearman| ≥ STALE_ORDER beyond
-    chance; ORDER_ALPHA is shared among the pairs compared."""
+    chance; ORDER_ALPHA is shared among the pairs compared. The correlation's chance is
+    taken at one position per batch: a poorly mixed batch holds neighbours, whose
+    positions move together, so counting every sample would find order where there is
+    only poor mixing."""
     alpha = ORDER_ALPHA / max(len(pairs), 1)
     z_crit = NormalDist().inv_cdf(1 - alpha / 2)
     if any(p.n >= 2 and p.same >= STALE_ORDER * p.n and poisson_tail(p.same, p.expected) < alpha
            for p in pairs):
         return "repeats"
-    if any(p.n >= 3 and abs(p.rho) >= STALE_ORDER and abs(p.rho) * math.sqrt(p.n - 1) >= z_crit
-           for p in pairs):
+    if any(p.batches >= 3 and abs(p.rho) >= STALE_ORDER
+           and abs(p.rho) * math.sqrt(p.batches - 1) >= z_crit for p in pairs):
         return "similar"
     return None
 
@@ -631,7 +637,7 @@ def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None) -> 
     batch_size = _check_batch_size(batch_size, n)
 
     labels = _Labels(np.concatenate(orders), groups)
-    pairs = [_PairStats.of(a, b) for a, b in zip(orders, orders[1:], strict=False)]
+    pairs = [_PairStats.of(a, b, batch_size) for a, b in zip(orders, orders[1:], strict=False)]
     unchanged = [p.same / p.n for p in pairs]
     spearman = [p.rho for p in pairs]
     identity = np.arange(labels.n)
@@ -788,9 +794,10 @@ def step_report(epochs, groups=None) -> ShuffleReport:
         raise ValueError("epochs must hold at least 2 distinct sample ids")
     sequences = [[np.concatenate(r) if r else np.empty(0, np.int64) for r in ranks]
                  for ranks in epochs]
+    micro_batch = max((len(b) for ranks in epochs for r in ranks for b in r), default=1)
     unchanged, spearman, pairs = [], [], []
     for before, after in zip(sequences, sequences[1:], strict=False):
-        stats = [_PairStats.of(a, b) for a, b in zip(before, after, strict=True)]
+        stats = [_PairStats.of(a, b, micro_batch) for a, b in zip(before, after, strict=True)]
         unchanged.append(max(p.same / p.n if p.n else 1.0 for p in stats))
         spearman.append(max((p.rho for p in stats), key=abs))
         pairs.extend(stats)
