@@ -65,7 +65,7 @@ class LibraryRow:
         rep = self.report
         if rep.error is not None:
             return [(False, "did not finish")] + [(None, "—")] * 4
-        bad = [c.exactly_once for c in rep.checks if not c.exactly_once.ok]
+        bad = [c.exactly_once for c in rep.checks if not c.once_ok]
         if bad:
             worst = max(bad, key=lambda x: len(x.missing) + len(x.duplicates))
             parts = []
@@ -77,7 +77,8 @@ class LibraryRow:
                 parts.append(f"{len(worst.unexpected)} unexpected")
             once = (False, " · ".join(parts))
         else:
-            once = (True, "yes")
+            notes = [c.design_note() for c in rep.checks if c.design_note()]
+            once = (True, "yes" + (f" · {notes[0]}" if notes else ""))
         counts = [list(c.batch_counts.counts) for c in rep.checks]
         uneven = [c for c in counts if len(set(c)) > 1]
         shown = uneven[0] if uneven else counts[0]
