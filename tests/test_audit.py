@@ -505,7 +505,7 @@ def test_a_path_that_is_not_there_lists_what_is():
 
 
 def test_string_ids_are_counted_and_named_by_their_text():
-    report = audit(functools.partial(keyed_strings, duplicate=True), world_size=2, epochs=1,
+    report = audit(functools.partial(keyed_strings, duplicate=True), world_size=2, epochs=2,
                    ids="__key__", expected=10, in_process=True)
     assert not report.ok
     assert report.problems[0] == ("✘", "10 duplicated")

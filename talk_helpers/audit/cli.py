@@ -30,6 +30,7 @@ import sys
 from talk_helpers.audit.failure import EXIT_ERROR, EXIT_USAGE
 
 PROG = "python -m talk_helpers.audit"
+SCRIPT = "talk-helpers-audit"   # the console script pip installs (pyproject.toml)
 START_METHODS = ("fork", "forkserver", "spawn")
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 SCHEMA = "talk_helpers.audit/2"
@@ -95,8 +96,13 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+def prog() -> str:
+    """How the user called the command: the console script or ``python -m``."""
+    return SCRIPT if os.path.basename(sys.argv[0] or "") == SCRIPT else PROG
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
+    parser = _Parser(prog=prog(), description=DESCRIPTION, epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("target", help="module:factory; factory(rank, world_size, epoch) "
                                        "returns what the training loop iterates")
@@ -257,11 +263,20 @@ def main(argv=None) -> int:
         return usage_error(str(exc), wants_json, target=_target_of(argv))
 
 
+def run() -> None:
+    """The ``talk-helpers-audit`` console script: :func:`main`, then exit with its status."""
+    import gc
+
+    status = main()
+    gc.freeze()  # Python's last collection at exit would walk all of torch's objects
+    sys.exit(status)
+
+
 def usage_error(message: str, wants_json: bool, target: str | None = None) -> int:
     """Exit status 2: one line on stderr and, with --json, one document on stdout."""
     if is_rank_zero() or not under_torchrun():
         first, *rest = message.splitlines() or [""]
-        print(f"{PROG}: error: {first}", file=sys.stderr)
+        print(f"{prog()}: error: {first}", file=sys.stderr)
         for line in rest:
             print(line, file=sys.stderr)
         if wants_json:
@@ -299,7 +314,7 @@ def emit(report, args, stream=None) -> int:
         print(repr(report), file=stream)
     stream.flush()
     if report.failure is not None and not args.json:
-        print(f"{PROG}: exit status {status}: {report.failure.summary()}", file=sys.stderr,
+        print(f"{prog()}: exit status {status}: {report.failure.summary()}", file=sys.stderr,
               flush=True)
     return status
 
@@ -318,5 +333,5 @@ def _main_local(args, factory: ImportedFactory) -> int:
 
 
 __all__ = ["EXIT_ERROR", "ImportedFactory", "UsageError", "build_parser", "emit",
-           "load_target", "main", "parse_args", "report_options", "under_torchrun",
+           "load_target", "main", "parse_args", "prog", "report_options", "run", "under_torchrun",
            "usage_error"]

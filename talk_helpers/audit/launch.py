@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 
-from talk_helpers.audit.cli import LAUNCH_FLAGS, PROG
+from talk_helpers.audit.cli import LAUNCH_FLAGS, prog
 from talk_helpers.audit.failure import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE
 
 __all__ = ["launch", "torchrun_argv"]
@@ -63,7 +63,7 @@ def launch(args, argv: list[str]) -> int:
         died = {r: c for r, c in codes.items() if c not in (EXIT_FAIL, EXIT_USAGE, EXIT_ERROR)}
         if died:
             listed = ", ".join(f"rank {r} ({_how(c)})" for r, c in sorted(died.items()))
-            print(f"{PROG}: exit status {status} ({_MEANING[status]}): {listed}",
+            print(f"{prog()}: exit status {status} ({_MEANING[status]}): {listed}",
                   file=sys.stderr, flush=True)
     return status
 

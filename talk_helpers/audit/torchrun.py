@@ -18,7 +18,7 @@ import threading
 import time
 from datetime import timedelta
 
-from talk_helpers.audit.cli import PROG, UsageError, emit, report_options
+from talk_helpers.audit.cli import UsageError, emit, prog, report_options
 from talk_helpers.audit.failure import DEADLINE_HINT, EXIT_ERROR, Failure
 
 __all__ = ["main_torchrun"]
@@ -43,7 +43,7 @@ def main_torchrun(args, factory) -> int:
         raise UsageError(f"argument --world-size: {args.world_size} disagrees with "
                          f"torchrun's WORLD_SIZE={world_size}; drop it under torchrun")
     if args.start_method is not None and rank == 0:
-        print(f"{PROG}: note: --start-method is ignored under torchrun, which starts "
+        print(f"{prog()}: note: --start-method is ignored under torchrun, which starts "
               "the ranks", file=sys.stderr)
     kwargs = report_options(args)
     try:
