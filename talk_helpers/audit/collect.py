@@ -305,8 +305,13 @@ def _one_epoch(rank, world_size, epoch, loader, plan: Plan, progress: Progress,
             shutdown()  # stop the workers of a loader left before its end, now
         del iterator
     ids = np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64)
-    if ids.size and ids.max() <= np.iinfo(np.int32).max:
-        ids = ids.astype(np.int32)
+    if ids.size:
+        low, high = ids.min(), ids.max()
+        if low < 0:
+            raise UnreadableBatch(f"rank {rank}, epoch {epoch}: the ids hold negative values "
+                                  f"(e.g. {int(low)}); sample ids count from 0")
+        if high <= np.iinfo(np.int32).max:
+            ids = ids.astype(np.int32)
     return RankEpoch(ids=ids, sizes=np.asarray(sizes, dtype=np.int64),
                      workers=np.asarray(workers, dtype=np.int16),
                      num_workers=num_workers, truncated=truncated), names

@@ -18,8 +18,9 @@ Anything else raises :class:`UnreadableBatch` with the batch's structure (keys, 
 shapes) and these choices, before a wrong verdict can be drawn from it.
 
 Integer ids are used as they are (they also number samples in storage order, which the
-mixing check relies on). String ids and contents become 63-bit hashes; a reader keeps
-the text of string ids (``names``) so that a report can name them.
+mixing check relies on); they must be ≥ 0, which the rank checks once per epoch. String
+ids and contents become 63-bit hashes; a reader keeps the text of string ids (``names``)
+so that a report can name them.
 """
 
 from __future__ import annotations
@@ -109,7 +110,12 @@ class SampleIds:
 # ----------------------------------------------------------------- default and path
 
 
+_TORCH_INTS = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+
+
 def _default_ids(batch) -> tuple[np.ndarray, dict | None]:
+    if type(batch) is torch.Tensor and batch.dtype in _TORCH_INTS and batch.ndim <= 1:
+        return _tensor_ids(batch), None   # the common case, first and short
     if isinstance(batch, Mapping) and "id" in batch:
         return _ids_value(batch["id"], "the 'id' key", batch)
     if _is_int(batch) or (_int_array(batch) and batch.ndim <= 1) or _int_list(batch):
@@ -120,7 +126,7 @@ def _default_ids(batch) -> tuple[np.ndarray, dict | None]:
 def _ids_value(value, what: str, batch) -> tuple[np.ndarray, dict | None]:
     """One id per sample out of ``value``: ints (any integer dtype) or strings."""
     if _is_int(value):
-        return _non_negative(np.array([int(value)], dtype=np.int64), what, batch), None
+        return np.array([int(value)], dtype=np.int64), None
     if isinstance(value, str | bytes):
         return hash_strings([value])
     if isinstance(value, torch.Tensor | np.ndarray):
@@ -130,8 +136,9 @@ def _ids_value(value, what: str, batch) -> tuple[np.ndarray, dict | None]:
                 f"value (a tensor, an array or a list of ints or strings)\n"
                 f"  batch: {describe(batch)}")
         if _int_array(value):
-            array = value.numpy(force=True) if isinstance(value, torch.Tensor) else value
-            return _non_negative(np.array(array, dtype=np.int64).reshape(-1), what, batch), None
+            if isinstance(value, torch.Tensor):
+                return _tensor_ids(value), None
+            return np.array(value, dtype=np.int64).reshape(-1), None
         if isinstance(value, np.ndarray) and value.dtype.kind in "USO" and all(
                 isinstance(v, str | bytes) for v in value.reshape(-1).tolist()):
             return hash_strings(value.reshape(-1).tolist())
@@ -141,8 +148,7 @@ def _ids_value(value, what: str, batch) -> tuple[np.ndarray, dict | None]:
         if not value:
             return np.empty(0, dtype=np.int64), None
         if all(_is_int(v) for v in value):
-            return _non_negative(np.array([int(v) for v in value], dtype=np.int64), what,
-                                 batch), None
+            return np.array([int(v) for v in value], dtype=np.int64), None
         if all(isinstance(v, str | bytes) for v in value):
             return hash_strings(list(value))
         if all(isinstance(v, torch.Tensor | np.ndarray) and v.ndim == 0 and _int_array(v)
@@ -204,11 +210,13 @@ def _legacy_ids(value) -> tuple[np.ndarray, dict | None]:
         raise UnreadableBatch(f"batch_ids returned what holds no ids ({exc})") from None
 
 
-def _non_negative(ids: np.ndarray, what: str, batch) -> np.ndarray:
-    if ids.size and ids.min() < 0:
-        raise UnreadableBatch(f"{what} holds negative ids (e.g. {int(ids.min())}); ids are "
-                              f"counted from 0\n  batch: {describe(batch)}")
-    return ids
+def _tensor_ids(tensor: torch.Tensor) -> np.ndarray:
+    """A copy (never a view of the batch's shared memory) as int64."""
+    try:
+        array = tensor.numpy()
+    except (RuntimeError, TypeError):   # on a GPU, or requiring grad
+        array = tensor.numpy(force=True)
+    return np.array(array, dtype=np.int64).reshape(-1)
 
 
 # ----------------------------------------------------------------- strings and contents
