@@ -406,3 +406,31 @@ def test_pip_puts_the_command_on_path_beside_python_m():
                          env=clean_env(), timeout=120)
     assert out.returncode == 2
     assert out.stderr.startswith("talk-helpers-audit: error: cannot import module")
+
+
+# --- the README's example, as written --------------------------------------------------------
+
+
+def readme_example() -> tuple[str, list[list[str]]]:
+    """The README's ``my_project/data.py`` and the audit commands shown after it."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Check your loader before a long run")[1].split("\n## ")[0]
+    code = section.split("```python\n")[1].split("```")[0]
+    shell = section.split("```bash\n")[1].split("```")[0]
+    commands = [line.split() for line in shell.splitlines()
+                if line.startswith(".venv/bin/python -m talk_helpers.audit")]
+    return code, commands
+
+
+@pytest.mark.distributed
+def test_the_readmes_example_passes_as_written(tmp_path):
+    code, commands = readme_example()
+    assert len(commands) == 3
+    (tmp_path / "my_project").mkdir()
+    (tmp_path / "my_project" / "__init__.py").write_text("")
+    (tmp_path / "my_project" / "data.py").write_text(code)
+    for command in commands:
+        out = subprocess.run([sys.executable, *command[1:]], cwd=tmp_path, env=clean_env(),
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, " ".join(command) + "\n" + out.stdout + out.stderr
+        assert out.stdout.startswith("✔ audit of 2 ranks × 2 epochs"), out.stdout

@@ -1,0 +1,250 @@
+"""What does the audit cost beside reading the loader, at the sizes people train at?
+
+Both rows run the same loader under ``torchrun --nproc-per-node 2`` (gloo, CPU), two
+epochs: a map-style dataset of N int ids behind a per-epoch sampler (each rank its share,
+in a new order every epoch with ``--shuffle``), ``DataLoader(batch_size=256,
+num_workers=2)``. The **read** row iterates it and does nothing else
+(``python -m benchmarks.audit_scale --read``); the **audit** row is
+``python -m talk_helpers.audit benchmarks.audit_scale:make_loader --expected N`` on the
+same loader, the same bytes. Per run: wall seconds, CPU seconds of every process
+(torchrun, ranks, workers: what the machine spent, whoever else was using it) and the
+peak resident memory of the largest rank process (workers not counted).
+
+Run: ``.venv/bin/python -m benchmarks.audit_scale`` (``--sizes 1e6 1e7 --repeat 3``; add
+``--big`` for one run of each row at 1e8). Writes ``benchmarks/results/audit_scale.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "audit_scale.md"
+BATCH_SIZE, WORKERS, RANKS, EPOCHS = 256, 2, 2, 2
+SIZE_VAR, SHUFFLE_VAR = "AUDIT_SCALE_N", "AUDIT_SCALE_SHUFFLE"
+
+
+# --- the loader both rows read ------------------------------------------------------------
+
+
+class Ids(Dataset):
+    """Sample ``i`` is the int ``i``."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index) -> int:
+        return int(index)
+
+
+class RankShare(Sampler):
+    """Rank ``rank``'s share of ``0..n-1`` (every ``world_size``-th id), in a new order every
+    epoch when ``shuffle``; kept as one int array, as ``DistributedSampler``'s list of
+    Python ints would take about 36 bytes per id."""
+
+    def __init__(self, n, rank, world_size, epoch, shuffle):
+        self.n, self.rank, self.world_size = n, rank, world_size
+        self.epoch, self.shuffle = epoch, shuffle
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.n, self.world_size))
+
+    def __iter__(self):
+        if not self.shuffle:
+            return iter(range(self.rank, self.n, self.world_size))
+        dtype = np.int32 if self.n < 2**31 else np.int64
+        order = np.random.default_rng(self.epoch).permutation(self.n).astype(dtype)
+        return iter(order[self.rank::self.world_size].tolist())
+
+
+def make_loader(rank: int, world_size: int, epoch: int) -> DataLoader:
+    """The benchmark's loader: N from ``AUDIT_SCALE_N``, shuffled when
+    ``AUDIT_SCALE_SHUFFLE=1``."""
+    n = int(float(os.environ[SIZE_VAR]))
+    shuffle = os.environ.get(SHUFFLE_VAR) == "1"
+    return DataLoader(Ids(n), batch_size=BATCH_SIZE, num_workers=WORKERS,
+                      sampler=RankShare(n, rank, world_size, epoch, shuffle))
+
+
+def read() -> int:
+    """The read row, in each rank under torchrun: every epoch, every batch, nothing else."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    batches = 0
+    for epoch in range(EPOCHS):
+        for _batch in make_loader(rank, world_size, epoch):
+            batches += 1
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+# --- the harness --------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _peak_rank_rss(proc: subprocess.Popen, stop: threading.Event, out: list) -> None:
+    """Poll torchrun's children (the ranks) and keep the largest resident size seen."""
+    import psutil
+
+    peak = 0
+    try:
+        agent = psutil.Process(proc.pid)
+        while not stop.is_set():
+            for child in agent.children():
+                try:
+                    peak = max(peak, child.memory_info().rss)
+                except psutil.Error:
+                    pass
+            time.sleep(0.1)
+    except psutil.Error:
+        pass
+    out.append(peak)
+
+
+def run_once(row: str, n: int, shuffle: bool) -> dict:
+    torchrun = Path(sys.executable).with_name("torchrun")
+    what = (["-m", "benchmarks.audit_scale", "--read"] if row == "read" else
+            ["-m", "talk_helpers.audit", "benchmarks.audit_scale:make_loader",
+             "--expected", str(n), "--shuffle" if shuffle else "--no-shuffle",
+             "--timeout", "3600", "--json"])
+    cmd = [str(torchrun), "--nproc-per-node", str(RANKS), "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), *what]
+    env = {**os.environ, SIZE_VAR: str(n), SHUFFLE_VAR: "1" if shuffle else "0",
+           "OMP_NUM_THREADS": "1"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    stop, peak = threading.Event(), []
+    watcher = threading.Thread(target=_peak_rank_rss, args=(proc, stop, peak))
+    watcher.start()
+    out, err = proc.communicate()
+    wall = time.perf_counter() - started
+    stop.set()
+    watcher.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{row} at {n:g} failed ({proc.returncode}): {err[-2000:]}")
+    if row == "audit" and '"status": "pass"' not in out:
+        raise RuntimeError(f"the audit of a correct loader did not pass at {n:g}: {out[:500]}")
+    return {"wall": wall, "cpu": cpu, "rss": peak[0] if peak else 0}
+
+
+def _median_spread(values: list[float], digits: int = 1) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return (f"{np.median(values):.{digits}f} ({min(values):.{digits}f}–"
+            f"{max(values):.{digits}f})")
+
+
+def main(argv=None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--read", action="store_true", help="(the read row, in a rank)")
+    parser.add_argument("--sizes", nargs="+", type=float, default=[1e6, 1e7])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--big", action="store_true", help="also one run of each row at 1e8")
+    args = parser.parse_args(argv)
+    if args.read:
+        sys.exit(read())
+
+    plan = [(int(n), shuffle, args.repeat) for n in args.sizes for shuffle in (False, True)]
+    if args.big:
+        plan.append((100_000_000, False, 1))
+    load_start = os.getloadavg()[0]
+    started = datetime.now(UTC)
+    rows = []
+    for n, shuffle, repeat in plan:
+        runs = {"read": [], "audit": []}
+        for _ in range(repeat):   # interleaved, so both rows see the same machine
+            for row in ("read", "audit"):
+                runs[row].append(run_once(row, n, shuffle))
+                print(f"{row} {n:g} shuffle={shuffle}: {runs[row][-1]}", file=sys.stderr,
+                      flush=True)
+        rows.append((n, shuffle, runs))
+    load_end = os.getloadavg()[0]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            capture_output=True, text=True).stdout.strip()
+    lines = [
+        "# The audit beside reading the loader",
+        "",
+        f"`.venv/bin/python -m benchmarks.audit_scale {' '.join(argv or sys.argv[1:])}`"
+        .replace("  ", " ").strip(),
+        "",
+        f"Linux, Python {sys.version.split()[0]}, torch {torch.__version__}, "
+        f"{os.cpu_count()} cores, commit {commit}, {started:%Y-%m-%d %H:%M} UTC. Under "
+        f"`torchrun --nproc-per-node {RANKS}` (gloo), {EPOCHS} epochs, batch {BATCH_SIZE}, "
+        f"{WORKERS} DataLoader workers per rank; both rows read the same loader "
+        "(`benchmarks.audit_scale:make_loader`). Median of "
+        f"{args.repeat} interleaved runs (min–max in brackets); one run at 1e8. Load "
+        f"average {load_start:.1f} at the start, {load_end:.1f} at the end: "
+        + ("the machine was shared with other work, so wall seconds include waiting for a "
+           "core; CPU seconds (every process of the run) do not."
+           if max(load_start, load_end) > 1.5 else "the machine was otherwise idle."),
+        "",
+        "| ids | order | row | wall s | CPU s | peak rank RSS MB | audit / read (wall, CPU) |",
+        "| ---: | --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for n, shuffle, runs in rows:
+        read_wall = [r["wall"] for r in runs["read"]]
+        read_cpu = [r["cpu"] for r in runs["read"]]
+        for row in ("read", "audit"):
+            wall = [r["wall"] for r in runs[row]]
+            cpu = [r["cpu"] for r in runs[row]]
+            rss = [r["rss"] / 1e6 for r in runs[row]]
+            ratio = ""
+            if row == "audit":
+                ratio = (f"{np.median(wall) / np.median(read_wall):.2f}× · "
+                         f"{np.median(cpu) / np.median(read_cpu):.2f}×"
+                         + _verdict(wall, read_wall, cpu, read_cpu))
+            lines.append(f"| {n:.0e} | {'shuffled' if shuffle else 'in order'} | {row} | "
+                         f"{_median_spread(wall)} | {_median_spread(cpu)} | "
+                         f"{_median_spread(rss, 0)} | {ratio} |")
+    table = "\n".join(lines)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(table + "\n")
+    return table
+
+
+def _verdict(wall, read_wall, cpu, read_cpu, limit: float = 1.3) -> str:
+    """Within the 1.3× target only when the worst audit run is under 1.3× the best read
+    run (beyond the spread); over it only when the best audit is over 1.3× the worst read."""
+    if len(wall) < 2:
+        return ""
+    verdicts = []
+    for name, a, r in (("wall", wall, read_wall), ("CPU", cpu, read_cpu)):
+        if max(a) <= limit * min(r):
+            verdicts.append(f"{name} ≤ {limit}×")
+        elif min(a) > limit * max(r):
+            verdicts.append(f"{name} > {limit}×")
+        else:
+            verdicts.append(f"{name}: within the spread")
+    return " (" + ", ".join(verdicts) + ")"
+
+
+if __name__ == "__main__":
+    print(main())
