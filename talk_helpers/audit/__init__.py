@@ -8,7 +8,9 @@ answers before torch is imported.
 Modules: :mod:`.core` (``audit()``), :mod:`.collect` (what runs in each rank),
 :mod:`.sample_ids` (which sample is which), :mod:`.checks` (one module per check, the
 list the report runs, and the interface a new check implements), :mod:`.report`,
-:mod:`.failure` (exit statuses), :mod:`.where`, :mod:`.cli` and :mod:`.torchrun`.
+:mod:`.failure` (exit statuses), :mod:`.where` (file:line in the user's code), and the
+command line: :mod:`.cli`, :mod:`.shell`, :mod:`.launch` (``--nproc-per-node``) and
+:mod:`.torchrun` (inside a torchrun world).
 """
 
 import importlib

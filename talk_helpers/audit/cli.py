@@ -28,13 +28,17 @@ import os
 import sys
 
 from talk_helpers.audit.failure import EXIT_ERROR, EXIT_USAGE
+from talk_helpers.audit.shell import (
+    LAUNCH_FLAGS,
+    UsageError,
+    emit,
+    prog,
+    report_options,
+)
 
-PROG = "python -m talk_helpers.audit"
-SCRIPT = "talk-helpers-audit"   # the console script pip installs (pyproject.toml)
 START_METHODS = ("fork", "forkserver", "spawn")
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 SCHEMA = "talk_helpers.audit/2"
-LAUNCH_FLAGS = ("nproc_per_node", "nnodes", "node_rank", "master_addr", "master_port")
 
 DESCRIPTION = """\
 Audit your own loader before a long run: run it in every rank of a real world and check
@@ -87,18 +91,9 @@ same status, but torchrun exits 1 for any failure and adds its own failure listi
 """
 
 
-class UsageError(Exception):
-    """A bad target or argument: exit status 2 with a one-line message."""
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not argparse's usage block
         raise UsageError(message)
-
-
-def prog() -> str:
-    """How the user called the command: the console script or ``python -m``."""
-    return SCRIPT if os.path.basename(sys.argv[0] or "") == SCRIPT else PROG
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -292,31 +287,6 @@ def usage_error(message: str, wants_json: bool, target: str | None = None) -> in
 def _target_of(argv: list[str]) -> str | None:
     found = [a for a in argv if ":" in a and not a.startswith("-")]
     return found[0] if found else None
-
-
-def report_options(args) -> dict:
-    """The audit's keyword arguments from the flags."""
-    return dict(expected=args.expected, batch_size=args.batch_size, shuffle=args.shuffle,
-                dropped_by_design=args.dropped_by_design,
-                repeated_by_design=args.repeated_by_design, ids=args.ids,
-                by_content=args.by_content, steps=args.steps, reuse_loader=args.reuse_loader,
-                epoch_call=args.epoch_call)
-
-
-def emit(report, args, stream=None) -> int:
-    """Print the report (text or JSON) and return its exit status."""
-    stream = stream or sys.stdout
-    status = report.exit_status
-    if args.json:
-        doc = {"target": args.target, **report.to_dict()}
-        print(json.dumps(doc, ensure_ascii=False), file=stream)
-    else:
-        print(repr(report), file=stream)
-    stream.flush()
-    if report.failure is not None and not args.json:
-        print(f"{prog()}: exit status {status}: {report.failure.summary()}", file=sys.stderr,
-              flush=True)
-    return status
 
 
 def _main_local(args, factory: ImportedFactory) -> int:

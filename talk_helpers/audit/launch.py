@@ -14,8 +14,8 @@ import logging
 import os
 import sys
 
-from talk_helpers.audit.cli import LAUNCH_FLAGS, prog
 from talk_helpers.audit.failure import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, EXIT_USAGE
+from talk_helpers.audit.shell import LAUNCH_FLAGS, prog
 
 __all__ = ["launch", "torchrun_argv"]
 

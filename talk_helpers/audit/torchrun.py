@@ -18,8 +18,8 @@ import threading
 import time
 from datetime import timedelta
 
-from talk_helpers.audit.cli import UsageError, emit, prog, report_options
 from talk_helpers.audit.failure import DEADLINE_HINT, EXIT_ERROR, Failure
+from talk_helpers.audit.shell import UsageError, emit, prog, report_options
 
 __all__ = ["main_torchrun"]
 
