@@ -1,17 +1,20 @@
 """What does the audit cost beside reading the loader, at the sizes people train at?
 
 Both rows run the same loader under ``torchrun --nproc-per-node 2`` (gloo, CPU), two
-epochs: a map-style dataset of N int ids behind a per-epoch sampler (each rank its share,
-in a new order every epoch with ``--shuffle``), ``DataLoader(batch_size=256,
-num_workers=2)``. The **read** row iterates it and does nothing else
-(``python -m benchmarks.audit_scale --read``); the **audit** row is
+epochs: a map-style dataset of N int ids (each rank its share, in a new order every epoch
+when shuffled) in ``DataLoader(batch_size=256, num_workers=2)``, fetched one sample at a
+time (``Dataset.__getitem__``, most datasets) or a batch at a time (``__getitems__``
+returning one tensor: the cheapest loader there is, where the audit's share is largest).
+The **read** row iterates it and does nothing else (``python -m benchmarks.audit_scale
+--read``); the **audit** row is
 ``python -m talk_helpers.audit benchmarks.audit_scale:make_loader --expected N`` on the
 same loader, the same bytes. Per run: wall seconds, CPU seconds of every process
 (torchrun, ranks, workers: what the machine spent, whoever else was using it) and the
 peak resident memory of the largest rank process (workers not counted).
 
-Run: ``.venv/bin/python -m benchmarks.audit_scale`` (``--sizes 1e6 1e7 --repeat 3``; add
-``--big`` for one run of each row at 1e8). Writes ``benchmarks/results/audit_scale.md``.
+Run: ``.venv/bin/python -m benchmarks.audit_scale`` (``--sizes 1e6 1e7 --fetch sample batch
+--orders in-order shuffled --repeat 3``; add ``--big`` for one run of each row at 1e8, in
+order, batched). Writes ``benchmarks/results/audit_scale.md``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "audit_scale.md"
 BATCH_SIZE, WORKERS, RANKS, EPOCHS = 256, 2, 2, 2
-SIZE_VAR, SHUFFLE_VAR = "AUDIT_SCALE_N", "AUDIT_SCALE_SHUFFLE"
+SIZE_VAR, SHUFFLE_VAR, FETCH_VAR = "AUDIT_SCALE_N", "AUDIT_SCALE_SHUFFLE", "AUDIT_SCALE_FETCH"
+FETCHES = ("sample", "batch")
 
 
 # --- the loader both rows read ------------------------------------------------------------
@@ -51,6 +55,19 @@ class Ids(Dataset):
 
     def __getitem__(self, index) -> int:
         return int(index)
+
+    def __getitems__(self, indices) -> torch.Tensor:
+        """A whole batch at once (DataLoader calls this when it exists): the ids as one
+        tensor, with no Python object per sample."""
+        if isinstance(indices, range):
+            return torch.arange(indices.start, indices.stop, indices.step)
+        return torch.as_tensor(np.asarray(indices, dtype=np.int64))
+
+
+class PerSample(Ids):
+    """The same ids fetched one sample at a time, as most datasets are."""
+
+    __getitems__ = None
 
 
 class RankShare(Sampler):
@@ -73,12 +90,41 @@ class RankShare(Sampler):
         return iter(order[self.rank::self.world_size].tolist())
 
 
+class RankBatches(Sampler):
+    """Rank ``rank``'s share in batches of ``BATCH_SIZE`` ids: ranges in order, or slices of
+    one int array per epoch when ``shuffle`` (for ``__getitems__``)."""
+
+    def __init__(self, n, rank, world_size, epoch, shuffle):
+        self.share = RankShare(n, rank, world_size, epoch, shuffle)
+
+    def __len__(self) -> int:
+        return -(-len(self.share) // BATCH_SIZE)
+
+    def __iter__(self):
+        share = self.share
+        if not share.shuffle:
+            mine = range(share.rank, share.n, share.world_size)
+            return (mine[i:i + BATCH_SIZE] for i in range(0, len(mine), BATCH_SIZE))
+        order = np.random.default_rng(share.epoch).permutation(share.n).astype(np.int64)
+        mine = order[share.rank::share.world_size]
+        return (mine[i:i + BATCH_SIZE] for i in range(0, len(mine), BATCH_SIZE))
+
+
+def as_batch(batch):
+    """collate_fn of the batched fetch: the tensor ``__getitems__`` made is the batch."""
+    return batch
+
+
 def make_loader(rank: int, world_size: int, epoch: int) -> DataLoader:
     """The benchmark's loader: N from ``AUDIT_SCALE_N``, shuffled when
-    ``AUDIT_SCALE_SHUFFLE=1``."""
+    ``AUDIT_SCALE_SHUFFLE=1``, fetched per sample (``AUDIT_SCALE_FETCH=sample``, default)
+    or a batch at a time (``batch``)."""
     n = int(float(os.environ[SIZE_VAR]))
     shuffle = os.environ.get(SHUFFLE_VAR) == "1"
-    return DataLoader(Ids(n), batch_size=BATCH_SIZE, num_workers=WORKERS,
+    if os.environ.get(FETCH_VAR, "sample") == "batch":
+        return DataLoader(Ids(n), batch_sampler=RankBatches(n, rank, world_size, epoch, shuffle),
+                          num_workers=WORKERS, collate_fn=as_batch)
+    return DataLoader(PerSample(n), batch_size=BATCH_SIZE, num_workers=WORKERS,
                       sampler=RankShare(n, rank, world_size, epoch, shuffle))
 
 
@@ -125,7 +171,7 @@ def _peak_rank_rss(proc: subprocess.Popen, stop: threading.Event, out: list) -> 
     out.append(peak)
 
 
-def run_once(row: str, n: int, shuffle: bool) -> dict:
+def run_once(row: str, n: int, shuffle: bool, fetch: str) -> dict:
     torchrun = Path(sys.executable).with_name("torchrun")
     what = (["-m", "benchmarks.audit_scale", "--read"] if row == "read" else
             ["-m", "talk_helpers.audit", "benchmarks.audit_scale:make_loader",
@@ -134,7 +180,7 @@ def run_once(row: str, n: int, shuffle: bool) -> dict:
     cmd = [str(torchrun), "--nproc-per-node", str(RANKS), "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), *what]
     env = {**os.environ, SIZE_VAR: str(n), SHUFFLE_VAR: "1" if shuffle else "0",
-           "OMP_NUM_THREADS": "1"}
+           FETCH_VAR: fetch, "OMP_NUM_THREADS": "1"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -166,26 +212,31 @@ def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--read", action="store_true", help="(the read row, in a rank)")
     parser.add_argument("--sizes", nargs="+", type=float, default=[1e6, 1e7])
+    parser.add_argument("--fetch", nargs="+", choices=FETCHES, default=list(FETCHES))
+    parser.add_argument("--orders", nargs="+", choices=("in-order", "shuffled"),
+                        default=["in-order", "shuffled"])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--big", action="store_true", help="also one run of each row at 1e8")
+    parser.add_argument("--big", action="store_true",
+                        help="also one run of each row at 1e8 (in order, batched fetch)")
     args = parser.parse_args(argv)
     if args.read:
         sys.exit(read())
 
-    plan = [(int(n), shuffle, args.repeat) for n in args.sizes for shuffle in (False, True)]
+    plan = [(fetch, int(n), order == "shuffled", args.repeat) for fetch in args.fetch
+            for n in args.sizes for order in args.orders]
     if args.big:
-        plan.append((100_000_000, False, 1))
+        plan.append(("batch", 100_000_000, False, 1))
     load_start = os.getloadavg()[0]
     started = datetime.now(UTC)
     rows = []
-    for n, shuffle, repeat in plan:
+    for fetch, n, shuffle, repeat in plan:
         runs = {"read": [], "audit": []}
         for _ in range(repeat):   # interleaved, so both rows see the same machine
             for row in ("read", "audit"):
-                runs[row].append(run_once(row, n, shuffle))
-                print(f"{row} {n:g} shuffle={shuffle}: {runs[row][-1]}", file=sys.stderr,
-                      flush=True)
-        rows.append((n, shuffle, runs))
+                runs[row].append(run_once(row, n, shuffle, fetch))
+                print(f"{row} {fetch} {n:g} shuffle={shuffle}: {runs[row][-1]}",
+                      file=sys.stderr, flush=True)
+        rows.append((fetch, n, shuffle, runs))
     load_end = os.getloadavg()[0]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
@@ -199,17 +250,21 @@ def main(argv=None) -> str:
         f"{os.cpu_count()} cores, commit {commit}, {started:%Y-%m-%d %H:%M} UTC. Under "
         f"`torchrun --nproc-per-node {RANKS}` (gloo), {EPOCHS} epochs, batch {BATCH_SIZE}, "
         f"{WORKERS} DataLoader workers per rank; both rows read the same loader "
-        "(`benchmarks.audit_scale:make_loader`). Median of "
+        "(`benchmarks.audit_scale:make_loader`): fetched one sample at a time (`sample`, "
+        "`Dataset.__getitem__`) or a batch at a time (`batch`, `__getitems__` returning the "
+        "ids as one tensor: the cheapest loader, where the audit's share is largest). Median "
+        "of "
         f"{args.repeat} interleaved runs (min–max in brackets); one run at 1e8. Load "
         f"average {load_start:.1f} at the start, {load_end:.1f} at the end: "
         + ("the machine was shared with other work, so wall seconds include waiting for a "
            "core; CPU seconds (every process of the run) do not."
            if max(load_start, load_end) > 1.5 else "the machine was otherwise idle."),
         "",
-        "| ids | order | row | wall s | CPU s | peak rank RSS MB | audit / read (wall, CPU) |",
-        "| ---: | --- | --- | ---: | ---: | ---: | --- |",
+        "| fetch | ids | order | row | wall s | CPU s | peak rank RSS MB "
+        "| audit / read (wall, CPU) |",
+        "| --- | ---: | --- | --- | ---: | ---: | ---: | --- |",
     ]
-    for n, shuffle, runs in rows:
+    for fetch, n, shuffle, runs in rows:
         read_wall = [r["wall"] for r in runs["read"]]
         read_cpu = [r["cpu"] for r in runs["read"]]
         for row in ("read", "audit"):
@@ -221,7 +276,8 @@ def main(argv=None) -> str:
                 ratio = (f"{np.median(wall) / np.median(read_wall):.2f}× · "
                          f"{np.median(cpu) / np.median(read_cpu):.2f}×"
                          + _verdict(wall, read_wall, cpu, read_cpu))
-            lines.append(f"| {n:.0e} | {'shuffled' if shuffle else 'in order'} | {row} | "
+            lines.append(f"| {fetch} | {n:.0e} | {'shuffled' if shuffle else 'in order'} | "
+                         f"{row} | "
                          f"{_median_spread(wall)} | {_median_spread(cpu)} | "
                          f"{_median_spread(rss, 0)} | {ratio} |")
     table = "\n".join(lines)
