@@ -39,6 +39,10 @@ RESULTS = ROOT / "benchmarks" / "results" / "audit_scale.md"
 BATCH_SIZE, WORKERS, RANKS, EPOCHS = 256, 2, 2, 2
 SIZE_VAR, SHUFFLE_VAR, FETCH_VAR = "AUDIT_SCALE_N", "AUDIT_SCALE_SHUFFLE", "AUDIT_SCALE_FETCH"
 FETCHES = ("sample", "batch")
+DEFAULT_PLAN = ("sample:1e6:in-order:3", "sample:1e6:shuffled:3", "batch:1e6:in-order:3",
+                "batch:1e6:shuffled:3", "sample:1e7:in-order:3", "sample:1e7:shuffled:3",
+                "batch:1e7:in-order:3")
+BIG = "batch:1e8:in-order:1"
 
 
 # --- the loader both rows read ------------------------------------------------------------
@@ -201,6 +205,14 @@ def run_once(row: str, n: int, shuffle: bool, fetch: str) -> dict:
     return {"wall": wall, "cpu": cpu, "rss": peak[0] if peak else 0}
 
 
+def _spec(text: str) -> tuple[str, int, bool, int]:
+    fetch, n, order, repeat = text.split(":")
+    if fetch not in FETCHES or order not in ("in-order", "shuffled"):
+        raise SystemExit(f"--rows {text!r}: expected fetch:ids:order:repeats with fetch in "
+                         f"{FETCHES} and order in-order or shuffled")
+    return fetch, int(float(n)), order == "shuffled", int(repeat)
+
+
 def _median_spread(values: list[float], digits: int = 1) -> str:
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
@@ -211,32 +223,31 @@ def _median_spread(values: list[float], digits: int = 1) -> str:
 def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--read", action="store_true", help="(the read row, in a rank)")
-    parser.add_argument("--sizes", nargs="+", type=float, default=[1e6, 1e7])
-    parser.add_argument("--fetch", nargs="+", choices=FETCHES, default=list(FETCHES))
-    parser.add_argument("--orders", nargs="+", choices=("in-order", "shuffled"),
-                        default=["in-order", "shuffled"])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rows", nargs="+", default=list(DEFAULT_PLAN), metavar="SPEC",
+                        help="fetch:ids:order:repeats, e.g. sample:1e6:shuffled:3 (default: "
+                             + " ".join(DEFAULT_PLAN) + ")")
     parser.add_argument("--big", action="store_true",
-                        help="also one run of each row at 1e8 (in order, batched fetch)")
+                        help=f"also {BIG} (one run of each row at 1e8 ids)")
     args = parser.parse_args(argv)
     if args.read:
         sys.exit(read())
-
-    plan = [(fetch, int(n), order == "shuffled", args.repeat) for fetch in args.fetch
-            for n in args.sizes for order in args.orders]
-    if args.big:
-        plan.append(("batch", 100_000_000, False, 1))
+    plan = [_spec(text) for text in [*args.rows, *([BIG] if args.big else [])]]
     load_start = os.getloadavg()[0]
     started = datetime.now(UTC)
     rows = []
     for fetch, n, shuffle, repeat in plan:
-        runs = {"read": [], "audit": []}
+        runs = {"read": [], "audit": [], "load": os.getloadavg()[0]}
         for _ in range(repeat):   # interleaved, so both rows see the same machine
             for row in ("read", "audit"):
                 runs[row].append(run_once(row, n, shuffle, fetch))
                 print(f"{row} {fetch} {n:g} shuffle={shuffle}: {runs[row][-1]}",
                       file=sys.stderr, flush=True)
         rows.append((fetch, n, shuffle, runs))
+        table = _table(rows, argv, started, load_start, plan)   # kept after every row
+    return table
+
+
+def _table(rows, argv, started, load_start, plan) -> str:
     load_end = os.getloadavg()[0]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
@@ -254,15 +265,17 @@ def main(argv=None) -> str:
         "`Dataset.__getitem__`) or a batch at a time (`batch`, `__getitems__` returning the "
         "ids as one tensor: the cheapest loader, where the audit's share is largest). Median "
         "of "
-        f"{args.repeat} interleaved runs (min–max in brackets); one run at 1e8. Load "
-        f"average {load_start:.1f} at the start, {load_end:.1f} at the end: "
+        "the interleaved runs of each row (min–max in brackets; the repeats per row are "
+        f"{', '.join(sorted({str(p[3]) for p in plan}))}). Load "
+        f"average {load_start:.1f} at the start, {load_end:.1f} at the end (the load column: "
+        "at the start of each row): "
         + ("the machine was shared with other work, so wall seconds include waiting for a "
            "core; CPU seconds (every process of the run) do not."
            if max(load_start, load_end) > 1.5 else "the machine was otherwise idle."),
         "",
-        "| fetch | ids | order | row | wall s | CPU s | peak rank RSS MB "
+        "| fetch | ids | order | load | row | wall s | CPU s | peak rank RSS MB "
         "| audit / read (wall, CPU) |",
-        "| --- | ---: | --- | --- | ---: | ---: | ---: | --- |",
+        "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | --- |",
     ]
     for fetch, n, shuffle, runs in rows:
         read_wall = [r["wall"] for r in runs["read"]]
@@ -277,7 +290,7 @@ def main(argv=None) -> str:
                          f"{np.median(cpu) / np.median(read_cpu):.2f}×"
                          + _verdict(wall, read_wall, cpu, read_cpu))
             lines.append(f"| {fetch} | {n:.0e} | {'shuffled' if shuffle else 'in order'} | "
-                         f"{row} | "
+                         f"{runs['load']:.1f} | {row} | "
                          f"{_median_spread(wall)} | {_median_spread(cpu)} | "
                          f"{_median_spread(rss, 0)} | {ratio} |")
     table = "\n".join(lines)
