@@ -228,7 +228,8 @@ def collect(rank: int, world_size: int, make_loader: Callable, plan: Plan,
                                          recorders)
                 epochs.append(seen)
                 if found:
-                    names = {**(names or {}), **found}
+                    names = {} if names is None else names
+                    names.update(found)
                 for name, rec in recorders.items():
                     recordings[name].append(rec.end_epoch(epoch))
                 progress.at(epoch, "done")
@@ -286,7 +287,9 @@ def _one_epoch(rank, world_size, epoch, loader, plan: Plan, progress: Progress,
                 raise UnreadableBatch(f"rank {rank}, epoch {epoch}, batch {len(sizes)}: "
                                       f"{exc}") from None
             if found:
-                names = {**(names or {}), **found}
+                if names is None:
+                    names = {}
+                names.update(found)
             chunks.append(ids)
             sizes.append(len(ids))
             workers.append(worker)
