@@ -497,6 +497,14 @@ def test_ids_name_a_key_a_position_an_attribute_or_a_dotted_path(loader, ids, ex
     assert report.to_dict()["ids"] == f"ids {ids}"
 
 
+def test_a_position_also_indexes_a_tensors_first_dimension():
+    def batched_in_workers(rank, world_size, epoch):  # DataLoader(batch_size=1) over batches
+        return [torch.arange(rank * 4, rank * 4 + 4).reshape(1, 4)]
+
+    assert audit(batched_in_workers, world_size=2, epochs=1, expected=8, ids="0",
+                 in_process=True).ok
+
+
 def test_a_path_that_is_not_there_lists_what_is():
     with pytest.raises(UnreadableBatch, match=r"no key 'idx' \(keys: 'x', 'meta'\)"):
         audit(nested_dict_batches, world_size=1, epochs=1, ids="idx", in_process=True)

@@ -5,8 +5,9 @@ The audit never guesses. A batch's ids come from one of three places:
 * **By default**, only from a batch that cannot mean anything else: a 1-D integer
   batch (a tensor, an array, a list of ints; a single int is a batch of one) or a dict
   with an ``"id"`` key.
-* **A path** (``--ids PATH``, ``audit(ids="PATH")``): a dict key, a tuple position or an
-  attribute, dotted for nested batches: ``idx``, ``0``, ``meta.id``, ``__key__``. Applied
+* **A path** (``--ids PATH``, ``audit(ids="PATH")``): a dict key, a position (in a tuple,
+  or along a tensor's first dimension) or an attribute, dotted for nested batches: ``idx``,
+  ``0``, ``meta.id``, ``__key__``. Applied
   to a list of per-sample dicts, a key is read from each. What it points at holds one id
   per sample: integers, or strings (``"doc-0042"``, a WebDataset ``__key__``).
 * **The content** (``--by-content``, ``audit(by_content=True)``): a stable hash of each
@@ -178,7 +179,8 @@ def _step(value, part: str, where: str, path: str, batch):
         raise UnreadableBatch(f"--ids {path}: {here} has no key {part!r} (keys: {keys})\n"
                               f"  batch: {describe(batch)}")
     if part.lstrip("-").isdigit():
-        if isinstance(value, list | tuple):
+        if isinstance(value, list | tuple | torch.Tensor | np.ndarray) and not (
+                isinstance(value, torch.Tensor | np.ndarray) and value.ndim == 0):
             index = int(part)
             if -len(value) <= index < len(value):
                 return value[index]
