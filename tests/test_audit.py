@@ -1,5 +1,7 @@
 """audit(): every check on a loader's output, in a real world or in process."""
 
+import collections
+import dataclasses
 import functools
 import json
 import pickle
@@ -12,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, DistributedSampler
 
-from talk_helpers.audit import AuditReport, audit, collect_ids
+from talk_helpers.audit import AuditReport, UnreadableBatch, audit, collect_ids
+from talk_helpers.audit.checks import CHECKS, Check, Verdict
 
 # --- make_loader functions (module level, so a rank process can unpickle them) ----------
 
@@ -350,7 +353,7 @@ def test_a_declared_drop_passes_only_when_it_accounts_for_every_loss(n, data):
 def test_to_dict_is_json_and_caps_the_id_lists():
     report = audit(all_ids, world_size=2, epochs=2, expected=14, in_process=True)
     doc = json.loads(json.dumps(report.to_dict(limit=5)))
-    assert doc["schema"] == "talk_helpers.audit/1"
+    assert doc["schema"] == "talk_helpers.audit/2"
     assert doc["ok"] is False and doc["status"] == "fail"
     assert doc["world_size"] == 2 and doc["n_epochs"] == 2 and doc["expected"] == 14
     epoch = doc["epochs"][0]
@@ -410,3 +413,312 @@ def test_a_shard_local_shuffle_is_not_well_mixed_for_a_loader_meant_to_shuffle()
     assert all(all(c) for c in report.order_changes.values())
     assert report.poorly_mixed and not report.ok
     assert "✘ poorly mixed" in repr(report).splitlines()[0]
+
+
+# --- which sample is which: never guessed ------------------------------------------------
+
+Sample = collections.namedtuple("Sample", "index tokens")
+
+
+@dataclasses.dataclass
+class Batch:
+    ids: torch.Tensor
+    pixels: torch.Tensor
+
+
+def uint8_images(rank, world_size, epoch, n=8):
+    """(images, labels) batches: integers everywhere, and none of them ids."""
+    mine = list(range(rank, n, world_size))
+    images = torch.stack([torch.full((3, 4, 4), i, dtype=torch.uint8) for i in mine])
+    return [(images[i:i + 2], torch.tensor(mine[i:i + 2]) % 3) for i in range(0, len(mine), 2)]
+
+
+def token_batches(rank, world_size, epoch):
+    return [torch.arange(8).reshape(2, 4) + 8 * rank]
+
+
+def namedtuple_batches(rank, world_size, epoch, n=8):
+    mine = torch.arange(rank, n, world_size)
+    return [Sample(index=mine[i:i + 2], tokens=torch.zeros(2, 3, dtype=torch.long))
+            for i in range(0, len(mine), 2)]
+
+
+def dataclass_batches(rank, world_size, epoch, n=8):
+    mine = torch.arange(rank, n, world_size)
+    return [Batch(ids=mine[i:i + 2], pixels=torch.rand(2, 3)) for i in range(0, len(mine), 2)]
+
+
+def nested_dict_batches(rank, world_size, epoch, n=6):
+    return [{"x": torch.zeros(1, 2), "meta": {"id": [f"doc-{i:03d}"]}}
+            for i in range(rank, n, world_size)]
+
+
+def keyed_strings(rank, world_size, epoch, duplicate=False):
+    start, step = (0, 1) if duplicate else (rank, world_size)
+    keys = [f"shard0/{i:05d}" for i in range(start, 10, step)]
+    return [{"__key__": keys[i:i + 2], "jpg": [b"..."] * len(keys[i:i + 2])}
+            for i in range(0, len(keys), 2)]
+
+
+@pytest.mark.parametrize("loader, shown", [
+    (uint8_images, "tuple(Tensor[2, 3, 4, 4] uint8, Tensor[2] int64)"),
+    (token_batches, "Tensor[2, 4] int64"),
+    (namedtuple_batches, "Sample(index=Tensor[2] int64, tokens=Tensor[2, 3] int64)"),
+])
+def test_integer_batches_that_are_not_ids_are_refused_with_their_structure(loader, shown):
+    with pytest.raises(UnreadableBatch) as caught:
+        audit(loader, world_size=2, epochs=1, in_process=True)
+    message = str(caught.value)
+    assert shown in message
+    assert "--ids PATH" in message and "--by-content" in message
+    assert message.startswith("rank 0, epoch 0, batch 0: cannot tell which sample is which")
+
+
+def test_a_refused_batch_in_a_real_world_is_a_usage_status_not_a_failed_check():
+    report = audit(uint8_images, world_size=2, epochs=1, start_method="fork", timeout_s=120)
+    assert (report.status, report.exit_status, report.ok) == ("usage", 2, False)
+    assert report.failure.kind == "ids"
+    assert report.problems == [("✘", "cannot tell the sample ids")]
+    assert "Tensor[2, 3, 4, 4] uint8" in repr(report)
+    assert report.to_dict()["error"]["kind"] == "ids"
+
+
+@pytest.mark.parametrize("loader, ids, expected", [
+    (namedtuple_batches, "index", 8),
+    (namedtuple_batches, "0", 8),
+    (dataclass_batches, "ids", 8),
+    (nested_dict_batches, "meta.id", 6),
+    (keyed_strings, "__key__", 10),
+])
+def test_ids_name_a_key_a_position_an_attribute_or_a_dotted_path(loader, ids, expected):
+    report = audit(loader, world_size=2, epochs=1, expected=expected, ids=ids,
+                   in_process=True)
+    assert report.ok, report
+    assert report.to_dict()["ids"] == f"ids {ids}"
+
+
+def test_a_position_also_indexes_a_tensors_first_dimension():
+    def batched_in_workers(rank, world_size, epoch):  # DataLoader(batch_size=1) over batches
+        return [torch.arange(rank * 4, rank * 4 + 4).reshape(1, 4)]
+
+    assert audit(batched_in_workers, world_size=2, epochs=1, expected=8, ids="0",
+                 in_process=True).ok
+
+
+def test_a_path_that_is_not_there_lists_what_is():
+    with pytest.raises(UnreadableBatch, match=r"no key 'idx' \(keys: 'x', 'meta'\)"):
+        audit(nested_dict_batches, world_size=1, epochs=1, ids="idx", in_process=True)
+    with pytest.raises(UnreadableBatch, match="one id per sample needs a 1-D value"):
+        audit(namedtuple_batches, world_size=1, epochs=1, ids="tokens", in_process=True)
+
+
+def test_string_ids_are_counted_and_named_by_their_text():
+    report = audit(functools.partial(keyed_strings, duplicate=True), world_size=2, epochs=2,
+                   ids="__key__", expected=10, in_process=True)
+    assert not report.ok
+    assert report.problems[0] == ("✘", "10 duplicated")
+    once = report.to_dict()["epochs"][0]["exactly_once"]
+    assert once["duplicated"][0] == ["shard0/00000", 2]
+    assert report.shuffle is None and "string ids carry no storage order" in repr(report)
+
+
+def test_by_content_knows_samples_by_what_they_hold():
+    report = audit(uint8_images, world_size=2, epochs=2, by_content=True, expected=8,
+                   in_process=True)
+    assert report.ok, report
+    assert "8 distinct contents" in repr(report)
+
+
+def test_by_content_reports_identical_contents_as_such():
+    def twice(rank, world_size, epoch):  # every rank reads every image
+        return uint8_images(0, 1, epoch)
+
+    report = audit(twice, world_size=2, epochs=1, by_content=True, expected=8,
+                   in_process=True)
+    assert report.problems == [("✘", "8 identical contents")]
+    assert "identical contents (a sample read again, or samples alike)" in repr(report)
+
+
+def test_by_content_counts_what_is_missing_when_told_how_many():
+    report = audit(uint8_images, world_size=2, epochs=1, by_content=True, expected=10,
+                   in_process=True)
+    assert report.problems == [("✘", "2 missing")]
+
+
+@pytest.mark.parametrize("batch", [
+    {"text": ["a", "b"], "label": torch.tensor([0, 1])},
+    (torch.rand(2, 3), torch.tensor([0, 1])),
+    ["a.png", "b.png"],
+    [b"\x00", b"\x01"],
+    Batch(ids=torch.tensor([5, 6]), pixels=torch.rand(2, 2)),
+    np.arange(4, dtype=np.float32).reshape(2, 2),
+    [{"x": 1.5, "y": "u"}, {"x": 2.5, "y": "v"}],
+])
+def test_by_content_splits_any_collated_batch_along_its_samples(batch):
+    from talk_helpers.audit.sample_ids import sample_ids
+
+    ids, names = sample_ids(by_content=True)(batch)
+    assert ids.shape == (2,) and ids[0] != ids[1] and names is None
+    again, _ = sample_ids(by_content=True)(batch)
+    assert ids.tolist() == again.tolist()  # stable
+
+
+def test_by_content_refuses_fields_of_different_lengths():
+    from talk_helpers.audit.sample_ids import sample_ids
+
+    with pytest.raises(UnreadableBatch, match="different numbers of samples"):
+        sample_ids(by_content=True)({"a": torch.zeros(2), "b": torch.zeros(3)})
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(ids="idx", by_content=True), ValueError, "at most one of ids, by_content"),
+    (dict(ids=""), ValueError, "ids must be a path"),
+    (dict(ids="meta..id"), ValueError, "no empty part"),
+    (dict(ids=3.5), TypeError, "ids must be a path"),
+    (dict(by_content="yes"), TypeError, "by_content must be True or False"),
+    (dict(steps=0), ValueError, "steps"),
+    (dict(epoch_call="set_epoch"), ValueError, "epoch_call needs reuse_loader=True"),
+    (dict(expected=10**15), ValueError, "too large to hold"),
+])
+def test_bad_id_and_epoch_arguments_get_clear_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        audit(strided, world_size=2, in_process=True, **kwargs)
+
+
+# --- endless loaders, reused loaders -------------------------------------------------------
+
+
+def endless(rank, world_size, epoch):
+    i = rank
+    while True:
+        yield [i]
+        i += world_size
+
+
+def test_steps_stop_an_endless_loader_and_judge_each_window_by_itself():
+    report = audit(endless, world_size=2, epochs=2, steps=5, in_process=True)
+    assert report.ok, report
+    assert [c.batch_counts.counts for c in report.checks] == [(5, 5), (5, 5)]
+    assert "each epoch's own distinct ids" in repr(report)
+
+
+class EpochLoader:
+    """Keeps its own epoch: each iteration reads one more permutation."""
+
+    built = 0
+
+    def __init__(self, rank, world_size, n=16):
+        EpochLoader.built += 1
+        self.rank, self.world_size, self.n, self.epoch, self.calls = rank, world_size, n, 0, []
+
+    def set_epoch(self, epoch):
+        self.calls.append(epoch)
+        self.epoch = epoch
+
+    def __iter__(self):
+        order = np.random.default_rng(self.epoch).permutation(self.n)[self.rank::self.world_size]
+        self.epoch += 1
+        return iter([order[i:i + 2] for i in range(0, len(order), 2)])
+
+
+def epoch_loader(rank, world_size, epoch):
+    return EpochLoader(rank, world_size)
+
+
+def test_a_reused_loader_is_built_once_and_keeps_its_own_epochs():
+    EpochLoader.built = 0
+    fresh = audit(epoch_loader, world_size=2, epochs=3, expected=16, in_process=True)
+    assert EpochLoader.built == 6
+    assert fresh.order_changes == {0: [False, False], 1: [False, False]}
+    EpochLoader.built = 0
+    reused = audit(epoch_loader, world_size=2, epochs=3, expected=16, in_process=True,
+                   reuse_loader=True)
+    assert EpochLoader.built == 2
+    assert reused.order_changes == {0: [True, True], 1: [True, True]}
+
+
+def test_only_the_named_epoch_call_is_made():
+    seen = []
+
+    def keep(rank, world_size, epoch):
+        seen.append(loader := EpochLoader(rank, world_size))
+        return loader
+
+    audit(keep, world_size=1, epochs=3, in_process=True, reuse_loader=True)
+    assert seen[0].calls == []
+    seen.clear()
+    audit(keep, world_size=1, epochs=3, in_process=True, reuse_loader=True,
+          epoch_call="set_epoch")
+    assert seen[0].calls == [0, 1, 2]
+
+
+# --- what is kept, where it failed ---------------------------------------------------------
+
+
+def test_only_ids_are_kept_never_the_batches_themselves():
+    from talk_helpers.audit.collect import Plan, collect
+
+    run = collect(0, 2, worker_loader, Plan(epochs=1), publish=lambda text: None)
+    seen = run.epochs[0]
+    assert seen.ids.dtype == np.int32 and seen.ids.flags.owndata  # a copy, not a view
+    assert seen.sizes.tolist() == [2, 2, 2, 2] and seen.workers.tolist() == [0, 1, 0, 1]
+
+
+@pytest.mark.distributed
+def test_a_raising_loader_is_an_error_with_the_file_and_line_it_came_from():
+    report = audit(raises_on_rank_1, world_size=2, epochs=1, start_method="fork",
+                   timeout_s=120)
+    assert (report.status, report.exit_status) == ("error", 3)
+    assert report.failure.rank == 1
+    assert report.failure.where == "tests/test_audit.py:63 in raises_on_rank_1"
+    assert "at tests/test_audit.py:63 in raises_on_rank_1" in repr(report)
+
+
+def sleeps_on_rank_1(rank, world_size, epoch):
+    if rank == 1:
+        import time
+
+        time.sleep(3600)
+    return [[rank]]
+
+
+@pytest.mark.distributed
+def test_a_deadline_says_how_far_each_rank_got_and_which_argument_to_raise():
+    report = audit(sleeps_on_rank_1, world_size=2, epochs=1, start_method="fork",
+                   timeout_s=8)
+    assert (report.status, report.exit_status, report.failure.kind) == ("error", 3, "hung")
+    progress = report.failure.progress
+    assert progress[0].startswith("finished, epoch 0 done (1 batches)")
+    assert progress[1].startswith("still running, epoch 0: building the loader")
+    assert "sleeps_on_rank_1" in progress[1]  # where it waits, once it waited a while
+    assert "steps=N" in report.failure.hint and "timeout_s" in report.failure.hint
+
+
+# --- a new check is one entry ---------------------------------------------------------------
+
+
+class EmptyRank(Check):
+    """The sketch in talk_helpers.audit.checks: every rank reads at least one batch."""
+
+    name = "empty_rank"
+
+    def judge(self, run):
+        empty = [r for r in range(run.world_size)
+                 if any(run.epoch(e)[r].n_batches == 0 for e in range(run.n_epochs))]
+        out = Verdict(data={"empty_ranks": empty})
+        if empty:
+            out.problems.append(("✘", f"{len(empty)} empty ranks"))
+            out.rows.append(("ranks", f"✘ no batch on rank {empty[0]}"))
+        return out
+
+
+def one_rank_empty(rank, world_size, epoch):
+    return [[0, 1]] if rank == 0 else []
+
+
+def test_a_new_check_is_a_class_in_the_list_the_report_runs():
+    report = audit(one_rank_empty, world_size=2, epochs=1, in_process=True,
+                   checks=(*CHECKS, EmptyRank()))
+    assert ("✘", "1 empty ranks") in report.problems
+    assert "ranks    ✘ no batch on rank 1" in repr(report)
+    assert report.to_dict()["checks"]["empty_rank"] == {"empty_ranks": [1]}

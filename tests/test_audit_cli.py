@@ -42,8 +42,34 @@ FACTORIES = textwrap.dedent('''
             raise RuntimeError("no data for rank 1")
         return [[rank]]
 
+    def images(rank, world_size, epoch, n=101):
+        """uint8 images and labels through DistributedSampler, which pads 101 rows to 102."""
+        import torch
+        from torch.utils.data import DistributedSampler
+
+        data = [(torch.full((3, 4, 4), i % 256, dtype=torch.uint8) + (i // 256), i % 10)
+                for i in range(n)]
+        sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, seed=0)
+        sampler.set_epoch(epoch)
+        return DataLoader(data, batch_size=8, sampler=sampler)
+
+    def records(rank, world_size, epoch):
+        return DataLoader([{"idx": i, "meta": {"key": f"k{i:03d}"}}
+                           for i in range(rank, 20, world_size)], batch_size=5)
+
+    def endless(rank, world_size, epoch):
+        i = rank
+        while True:
+            yield [i]
+            i += world_size
+
     not_a_function = 42
 ''')
+
+
+def line_of(text: str) -> int:
+    """The line of the factories' module that holds ``text``."""
+    return next(i for i, line in enumerate(FACTORIES.splitlines(), 1) if text in line)
 
 
 @pytest.fixture
@@ -101,6 +127,14 @@ def torchrun(*args, timeout=150) -> subprocess.CompletedProcess:
         (["{m}:sharded", "--shuffle", "--no-shuffle"], "not allowed with argument"),
         (["{m}:sharded", "--colour"], "unrecognized arguments: --colour"),
         ([], "the following arguments are required: target"),
+        (["{m}:sharded", "--ids", "idx", "--by-content"], "not allowed with argument"),
+        (["{m}:sharded", "--steps", "0"], "argument --steps: must be ≥ 1"),
+        (["{m}:sharded", "--dropped-by-design", "-1"], "argument --dropped-by-design"),
+        (["{m}:sharded", "--epoch-call", "set_epoch"], "--epoch-call: needs --reuse-loader"),
+        (["{m}:sharded", "--expected", "1000000000000"], "--expected: expected=1000000000000 "
+                                                         "is too large to hold"),
+        (["{m}:sharded", "--master-port", "1234"], "--master-port: needs --nproc-per-node"),
+        (["{m}:sharded", "--ids", "a..b"], "no empty part"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line_naming_the_problem(project, capsys, args, named):
@@ -170,11 +204,11 @@ def test_json_is_one_document_with_counts_ids_and_verdicts(project):
                   "--start-method", "fork")
     assert out.returncode == 1, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["schema"] == "talk_helpers.audit/1"
+    assert doc["schema"] == "talk_helpers.audit/2"
     assert doc["target"] == f"{project}:unsharded"
     assert (doc["ok"], doc["status"], doc["exit_status"]) == (False, "fail", 1)
     assert (doc["world_size"], doc["n_epochs"], doc["expected"]) == (2, 2, 22)
-    assert doc["start_method"] == "fork" and doc["error"] is None
+    assert doc["start_method"] == "fork" and doc["error"] is None and doc["ids"] == "default"
     assert doc["headline"].startswith("✘ audit of 2 ranks × 2 epochs")
     assert {"mark": "✘", "text": "20 duplicated"} in doc["problems"]
     assert len(doc["epochs"]) == 2
@@ -194,8 +228,10 @@ def test_a_hanging_loader_ends_at_the_deadline_with_no_process_left(project):
     out = run_cli(f"{project}:hangs_on_rank_1", "--timeout", "3", "--start-method", "fork",
                   env=clean_env(AUDIT_TEST_MARKER=marker))
     elapsed = time.monotonic() - started
-    assert out.returncode == 1, out.stdout + out.stderr
-    assert "rank 1: still running after 3 s (stuck before its first batch)" in out.stdout
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "rank 1: still running after 3 s" in out.stdout
+    assert "rank 1: still running, epoch 0: building the loader" in out.stdout
+    assert "--steps N" in out.stdout and "--timeout" in out.stdout
     assert elapsed < 3 + 20
     time.sleep(0.5)
     left = []
@@ -222,28 +258,30 @@ def test_under_torchrun_rank_0_prints_once_and_both_ranks_pass(project):
 @pytest.mark.distributed
 def test_under_torchrun_every_rank_fails_when_one_rank_cannot_load(project):
     out = torchrun(f"{project}:raises_on_rank_1", "--json")
-    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.returncode == 1, out.stdout + out.stderr  # torchrun's own, for any failure
     doc = json.loads(out.stdout)
-    assert doc["error"] == "the audit could not finish: rank 1: RuntimeError: no data for rank 1"
-    # torchrun lists the ranks that failed: each exited 1 (the healthy rank too), unless
+    assert (doc["status"], doc["exit_status"]) == ("error", 3)
+    assert doc["error"]["message"] == ("the audit could not finish: rank 1: RuntimeError: "
+                                       "no data for rank 1")
+    assert doc["error"]["where"] == f"{project}.py:{line_of('no data for')} in raises_on_rank_1"
+    # torchrun lists the ranks that failed: each exited 3 (the healthy rank too), unless
     # torchrun had already stopped it (SIGTERM) after the first exit; none exited 0.
     codes = re.findall(r"exitcode  : (-?\d+)", out.stderr)
-    assert "1" in codes and set(codes) <= {"1", "-15"}, out.stderr
+    assert "3" in codes and set(codes) <= {"3", "-15"}, out.stderr
 
 
 @pytest.mark.distributed
 def test_under_torchrun_a_hanging_rank_ends_at_the_deadline(project):
     started = time.monotonic()
     # 10 s leaves a busy machine time to start both ranks before the deadline is judged
-    out = torchrun(f"{project}:hangs_on_rank_1", "--timeout", "10")
+    out = torchrun(f"{project}:hangs_on_rank_1", "--timeout", "10", "--json")
     assert out.returncode != 0
-    assert "rank 1: the audit did not finish within 10 s (stuck: epoch 0: building the " \
-           "loader)" in out.stderr
-    # rank 0, done and waiting for rank 1, gives it time to report and so exit first:
-    # torchrun then names rank 1 as the root cause and stops rank 0 before it speaks
-    assert "rank 0: the audit did not finish" not in out.stderr, out.stderr
-    root_cause = out.stderr.split("Root Cause")[1]
-    assert re.search(r"rank\s*: 1 ", root_cause), out.stderr
+    # rank 0 prints one document with how far every rank got, then exits 3
+    doc = json.loads(out.stdout)
+    assert (doc["status"], doc["exit_status"], doc["error"]["kind"]) == ("error", 3, "hung")
+    assert doc["error"]["progress"]["0"] == "epoch 1: gathering every rank's results"
+    assert doc["error"]["progress"]["1"].startswith("epoch 0: building the loader")
+    assert "--steps N" in doc["error"]["hint"]
     assert time.monotonic() - started < 10 + 30
 
 
@@ -254,3 +292,145 @@ def test_under_torchrun_a_world_size_that_disagrees_is_a_usage_error(project):
     codes = re.findall(r"exitcode  : (-?\d+)", out.stderr)
     assert "2" in codes and set(codes) <= {"2", "-15"}, out.stderr
     assert "--world-size: 4 disagrees with torchrun's WORLD_SIZE=2" in out.stderr
+
+
+@pytest.mark.distributed
+def test_the_launcher_keeps_the_exit_status_and_prints_one_line_not_torchruns_listing(project):
+    out = run_cli(f"{project}:raises_on_rank_1", "--nproc-per-node", "2", "--master-addr",
+                  "127.0.0.1", "--master-port", str(free_port()), timeout=150)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "ChildFailedError" not in out.stderr and "Root Cause" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "python -m talk_helpers.audit: exit status 3: the audit could not finish: rank 1: "
+        f"RuntimeError: no data for rank 1 (at {project}.py:{line_of('no data for')} in "
+        "raises_on_rank_1)"]
+
+
+@pytest.mark.distributed
+def test_the_launcher_passes_a_failed_check_as_exit_status_1(project):
+    out = run_cli(f"{project}:unsharded", "--nproc-per-node", "2", "--epochs", "1", "--json",
+                  timeout=150)
+    assert out.returncode == 1, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert (doc["status"], doc["exit_status"]) == ("fail", 1)
+    assert "ChildFailedError" not in out.stderr
+
+
+# --- which sample is which, from the command line -------------------------------------------
+
+
+def test_a_batch_without_ids_exits_2_with_its_structure_and_the_two_flags(project, capsys):
+    status = audit_cli.main([f"{project}:images", "--start-method", "fork", "--epochs", "1"])
+    out, err = capsys.readouterr()
+    assert status == 2, out + err
+    assert "batch: list(Tensor[8, 3, 4, 4] uint8, Tensor[8] int64)" in out
+    assert "--ids PATH" in out and "--by-content" in out
+    assert err.startswith("python -m talk_helpers.audit: exit status 2: rank 0, epoch 0, "
+                          "batch 0: cannot tell which sample is which")
+
+
+def test_by_content_with_declared_padding_passes_a_distributed_sampler(project, capsys):
+    status = audit_cli.main([f"{project}:images", "--by-content", "--expected", "101",
+                             "--repeated-by-design", "1", "--shuffle", "--start-method",
+                             "fork"])
+    out, err = capsys.readouterr()
+    assert status == 0, out + err
+    assert out.splitlines()[0] == "✔ audit of 2 ranks × 2 epochs · 1 repeated by design"
+
+
+def test_by_content_without_the_declared_padding_fails(project, capsys):
+    status = audit_cli.main([f"{project}:images", "--by-content", "--expected", "101",
+                             "--start-method", "fork", "--epochs", "1"])
+    out, _ = capsys.readouterr()
+    assert status == 1
+    assert out.splitlines()[0] == "✘ audit of 2 ranks × 1 epoch · ✘ 1 identical contents"
+
+
+@pytest.mark.parametrize("ids", ["idx", "meta.key"])
+def test_ids_point_at_integer_or_string_ids(project, capsys, ids):
+    status = audit_cli.main([f"{project}:records", "--ids", ids, "--expected", "20",
+                             "--no-shuffle", "--start-method", "fork", "--json"])
+    out, _ = capsys.readouterr()
+    doc = json.loads(out)
+    assert status == 0 and doc["status"] == "pass" and doc["ids"] == f"ids {ids}"
+
+
+def test_steps_end_an_endless_loader(project, capsys):
+    status = audit_cli.main([f"{project}:endless", "--steps", "4", "--start-method", "fork",
+                             "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert status == 0 and doc["steps"] == 4
+    assert [e["batches_per_rank"] for e in doc["epochs"]] == [[4, 4], [4, 4]]
+
+
+def test_a_raising_factory_exits_3_naming_its_rank_and_line(project, capsys):
+    status = audit_cli.main([f"{project}:raises_on_rank_1", "--start-method", "fork",
+                             "--json"])
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert status == 3 and err == ""
+    assert (doc["status"], doc["exit_status"], doc["error"]["kind"]) == ("error", 3, "raised")
+    assert doc["error"]["rank"] == 1
+    assert doc["error"]["where"] == f"{project}.py:{line_of('no data for')} in raises_on_rank_1"
+
+
+def test_json_is_one_document_even_for_a_usage_error(project, capsys):
+    status = audit_cli.main([f"{project}:missing", "--json"])
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert status == 2 and err.count("\n") == 1
+    assert (doc["status"], doc["exit_status"], doc["error"]["kind"]) == ("usage", 2, "usage")
+
+
+def test_help_states_the_batch_contract_the_exit_statuses_and_the_json_schema():
+    out = subprocess.run([sys.executable, "-c",
+                          "import sys\n"
+                          "from talk_helpers.audit.cli import build_parser\n"
+                          "print(build_parser().format_help())\n"
+                          "print('torch' in sys.modules)"],
+                         capture_output=True, text=True, env=clean_env(), timeout=60)
+    text, torch_loaded = out.stdout.rsplit("\n", 2)[0], out.stdout.split()[-1]
+    assert torch_loaded == "False"
+    for needed in ("--ids PATH", "--by-content", "a dict batch is read at its \"id\" key",
+                   "my_project.data:make_loader --ids idx",
+                   "my_project.data:make_loader --by-content --expected 50000",
+                   "exit status:", "0  every check passed", "1  a check failed",
+                   "2  usage", "3  the loader raised, died or hung",
+                   "schema talk_helpers.audit/2", "--steps N", "--reuse-loader"):
+        assert needed in text, needed
+
+
+def test_pip_puts_the_command_on_path_beside_python_m():
+    script = Path(sys.executable).with_name("talk-helpers-audit")
+    out = subprocess.run([str(script), "no_such_module:f"], capture_output=True, text=True,
+                         env=clean_env(), timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.startswith("talk-helpers-audit: error: cannot import module")
+
+
+# --- the README's example, as written --------------------------------------------------------
+
+
+def readme_example() -> tuple[str, list[list[str]]]:
+    """The README's ``my_project/data.py`` and the audit commands shown after it."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Check your loader before a long run")[1].split("\n## ")[0]
+    code = section.split("```python\n")[1].split("```")[0]
+    shell = section.split("```bash\n")[1].split("```")[0]
+    commands = [line.split() for line in shell.splitlines()
+                if line.startswith(".venv/bin/python -m talk_helpers.audit")]
+    return code, commands
+
+
+@pytest.mark.distributed
+def test_the_readmes_example_passes_as_written(tmp_path):
+    code, commands = readme_example()
+    assert len(commands) == 3
+    (tmp_path / "my_project").mkdir()
+    (tmp_path / "my_project" / "__init__.py").write_text("")
+    (tmp_path / "my_project" / "data.py").write_text(code)
+    for command in commands:
+        out = subprocess.run([sys.executable, *command[1:]], cwd=tmp_path, env=clean_env(),
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, " ".join(command) + "\n" + out.stdout + out.stderr
+        assert out.stdout.startswith("✔ audit of 2 ranks × 2 epochs"), out.stdout

@@ -1,14 +1,22 @@
 """The audit: run a loader in every rank of a real world, check what it yields, report.
 
 ``from talk_helpers.audit import audit`` in a notebook; ``python -m talk_helpers.audit
-module:factory`` on the command line (:mod:`talk_helpers.audit.cli`). The names below load
-on first use, so that ``--help`` answers before torch is imported.
+module:factory`` (or the ``talk-helpers-audit`` command) on the command line
+(:mod:`talk_helpers.audit.cli`). The names below load on first use, so that ``--help``
+answers before torch is imported.
+
+Modules: :mod:`.core` (``audit()``), :mod:`.collect` (what runs in each rank),
+:mod:`.sample_ids` (which sample is which), :mod:`.checks` (one module per check, the
+list the report runs, and the interface a new check implements), :mod:`.report`,
+:mod:`.failure` (exit statuses), :mod:`.where` (file:line in the user's code), and the
+command line: :mod:`.cli`, :mod:`.shell`, :mod:`.launch` (``--nproc-per-node``) and
+:mod:`.torchrun` (inside a torchrun world).
 """
 
 import importlib
 
-__all__ = ["AuditReport", "EpochAudit", "RankEpoch", "audit", "build_report",
-           "collect_batches", "collect_ids"]
+__all__ = ["AuditReport", "EpochAudit", "RankEpoch", "UnreadableBatch", "audit",
+           "build_report", "collect_batches", "collect_ids"]
 
 
 def __getattr__(name: str):

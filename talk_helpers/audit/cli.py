@@ -1,4 +1,5 @@
-"""``python -m talk_helpers.audit module:factory``: audit your own loader before a long run.
+"""``python -m talk_helpers.audit module:factory`` (or ``talk-helpers-audit``): audit your
+own loader before a long run.
 
 ``factory(rank, world_size, epoch)`` returns what your training loop iterates, the same
 contract as :func:`talk_helpers.audit.audit`. ``module:factory`` is imported from the
@@ -6,15 +7,16 @@ current directory or ``PYTHONPATH``, as ``torchrun -m`` users expect.
 
 * On one machine the command starts its own world of ``--world-size`` ranks
   (:func:`talk_helpers.runtime.world.run_world`, gloo on loopback).
+* With ``--nproc-per-node N`` it launches the ranks through torch's own launcher (what
+  ``torchrun`` runs), on one machine or several, and keeps its exit status and its
+  one-line summary instead of torchrun's failure listing.
 * Under ``torchrun`` (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` set) it joins the world
-  torchrun made (env:// rendezvous), each rank iterates its own loader, every rank gathers
-  what all ranks saw with ``all_gather_object``, rank 0 prints, and every rank exits with
-  the same status. This is the multi-node form.
+  torchrun made (:mod:`talk_helpers.audit.torchrun`).
 
-Exit status: 0 every check passed (⚠ warnings allowed), 1 a check failed or the audit
-could not finish (a rank failed, hung past ``--timeout`` or died), 2 usage error (bad
-target, import error, bad argument), with a one-line message naming what was wrong.
-The report is plain text (no ANSI codes); ``--json`` prints one JSON document instead.
+Exit status: 0 every check passed (⚠ allowed), 1 a check failed, 2 usage (a bad argument
+or target, or batches whose sample ids the audit cannot tell), 3 the loader raised, died
+or hung. ``--json`` prints one JSON document (schema ``talk_helpers.audit/2``) in every
+case, the usage errors included.
 """
 
 from __future__ import annotations
@@ -24,18 +26,69 @@ import importlib
 import json
 import os
 import sys
-import threading
-import time
-from datetime import timedelta
 
-PROG = "python -m talk_helpers.audit"
+from talk_helpers.audit.failure import EXIT_ERROR, EXIT_USAGE
+from talk_helpers.audit.shell import (
+    LAUNCH_FLAGS,
+    UsageError,
+    emit,
+    prog,
+    report_options,
+)
+
 START_METHODS = ("fork", "forkserver", "spawn")
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+SCHEMA = "talk_helpers.audit/2"
 
+DESCRIPTION = """\
+Audit your own loader before a long run: run it in every rank of a real world and check
+that each sample is read once per epoch, ranks take equal batches, workers all read, and
+the order changes. TARGET is module:factory; factory(rank, world_size, epoch) returns what
+your training loop iterates (a DataLoader, an iterable, a list of batches).
 
-class UsageError(Exception):
-    """A bad target or argument: exit status 2 with a one-line message."""
+which sample is which (the audit never guesses):
+  by default    a 1-D integer batch is the ids; a dict batch is read at its "id" key
+  --ids PATH    the ids are at PATH: a dict key, a tuple position or a dotted path
+                (idx, 0, meta.id, __key__), integers or strings, one per sample
+  --by-content  each sample is known by a hash of its content along the batch
+                dimension (tensors, arrays, numbers, strings, bytes, nested);
+                --expected N then means N distinct samples per epoch
+  Any other batch exits 2 and shows its structure (keys, types, shapes).
+
+  dict batches, ids in a column:
+    {"idx": tensor([4, 9]), "input_ids": tensor[2, 128], "meta": {"url": [...]}}
+    %(prog)s my_project.data:make_loader --ids idx
+  batches without ids, (images, labels):
+    (tensor[32, 3, 224, 224] uint8, tensor[32] int64)
+    %(prog)s my_project.data:make_loader --by-content --expected 50000
+"""
+
+EPILOG = """\
+epochs: by default factory(rank, world_size, epoch) is called for every epoch. With
+--reuse-loader it is called once and the same loader is iterated every epoch, calling
+before each only what --epoch-call names (e.g. sampler.set_epoch), as your loop does.
+Endless loaders need --steps N (batches per rank and epoch).
+
+exit status:
+  0  every check passed (⚠ warnings allowed)
+  1  a check failed
+  2  usage: a bad argument or target, --expected too large to hold, a factory that
+     returns no loader, or batches whose sample ids cannot be told
+  3  the loader raised, died or hung (the report names the rank and file:line)
+
+--json prints one document, schema talk_helpers.audit/2: status (pass, warn, fail,
+usage, error), exit_status, headline, problems [{mark, text}], error (null or {kind:
+usage|ids|raised|died|hung, message, rank, where, progress, hint}), world_size,
+n_epochs, steps, ids, expected, epochs [{exactly_once {duplicated_count, missing_count,
+duplicated, missing, ...}, batches_per_rank, samples_per_rank, samples_per_worker, ...}],
+order, shuffle, checks, target. See the README for every field.
+
+several processes: --nproc-per-node N launches N ranks per machine the way torchrun does
+(add --nnodes, --node-rank, --master-addr, --master-port on several machines) and keeps
+this command's exit status. Under torchrun itself (torchrun --nproc-per-node N -m
+talk_helpers.audit TARGET ...) rank 0 prints the report and every rank exits with the
+same status, but torchrun exits 1 for any failure and adds its own failure listing.
+"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,45 +96,88 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = _Parser(
-        prog=PROG,
-        description="Audit your own loader before a long run: run it in every rank of a "
-                    "real world and check that each sample is read once per epoch, "
-                    "ranks take equal batches, workers all read, and the order changes.",
-        epilog="exit status: 0 every check passed (warnings allowed), 1 a check failed or "
-               "the audit could not finish, 2 usage error. Under torchrun: torchrun "
-               "--nproc-per-node N -m talk_helpers.audit module:factory ...")
-    parser.add_argument("target", help="module:factory, factory(rank, world_size, epoch) "
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog(), description=DESCRIPTION, epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target", help="module:factory; factory(rank, world_size, epoch) "
                                        "returns what the training loop iterates")
-    parser.add_argument("--world-size", type=int, default=None,
-                        help="ranks to start (default 2; under torchrun: WORLD_SIZE)")
-    parser.add_argument("--epochs", type=int, default=2, help="epochs to audit (default 2)")
-    parser.add_argument("--expected", type=int, default=None,
-                        help="ids 0..N-1 expected once per epoch (default: the ids of epoch 0)")
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help="also check that every batch holds this many samples")
-    shuffle = parser.add_mutually_exclusive_group()
+    ids = parser.add_argument_group("which sample is which")
+    pick = ids.add_mutually_exclusive_group()
+    pick.add_argument("--ids", metavar="PATH", default=None,
+                      help="where each batch holds its sample ids: idx, 0, meta.id, __key__")
+    pick.add_argument("--by-content", action="store_true",
+                      help="know each sample by a hash of its content")
+    what = parser.add_argument_group("what to expect")
+    what.add_argument("--expected", type=int, default=None,
+                      help="ids 0..N-1 (with --by-content or string ids: N distinct "
+                           "samples) once per epoch (default: the ids of epoch 0)")
+    what.add_argument("--batch-size", type=int, default=None,
+                      help="also check that every batch holds this many samples")
+    what.add_argument("--dropped-by-design", type=int, default=None, metavar="N",
+                      help="samples per epoch your loader drops on purpose (drop_last)")
+    what.add_argument("--repeated-by-design", type=int, default=None, metavar="N",
+                      help="extra reads per epoch your loader makes on purpose (padding)")
+    shuffle = what.add_mutually_exclusive_group()
     shuffle.add_argument("--shuffle", dest="shuffle", action="store_const", const=True,
                          default=None, help="the loader is meant to shuffle: judge the order")
     shuffle.add_argument("--no-shuffle", dest="shuffle", action="store_const", const=False,
                          help="the loader is not meant to shuffle: do not judge the order")
-    parser.add_argument("--start-method", choices=START_METHODS, default=None,
-                        help="how the ranks are started (not under torchrun)")
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="deadline in seconds for the whole audit (default 120)")
-    parser.add_argument("--backend", default="gloo",
-                        help="process group backend under torchrun (default gloo)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document")
-    args = parser.parse_args(argv)
-    for name in ("world_size", "epochs", "batch_size"):
+    run = parser.add_argument_group("how to run it")
+    run.add_argument("--epochs", type=int, default=2, help="epochs to audit (default 2)")
+    run.add_argument("--steps", type=int, default=None, metavar="N",
+                     help="at most N batches per rank and epoch (long or endless loaders)")
+    run.add_argument("--reuse-loader", action="store_true",
+                     help="build each rank's loader once and iterate it every epoch")
+    run.add_argument("--epoch-call", metavar="ATTR", default=None,
+                     help="with --reuse-loader, call loader.ATTR(epoch) before each epoch, "
+                          "e.g. sampler.set_epoch")
+    run.add_argument("--world-size", type=int, default=None,
+                     help="ranks to start on this machine (default 2)")
+    run.add_argument("--start-method", choices=START_METHODS, default=None,
+                     help="how the ranks are started (not under torchrun)")
+    run.add_argument("--timeout", type=float, default=120.0,
+                     help="deadline in seconds for the whole audit (default 120)")
+    run.add_argument("--backend", default="gloo",
+                     help="process group backend under torchrun (default gloo)")
+    run.add_argument("--json", action="store_true", help="print one JSON document")
+    launch = parser.add_argument_group("launching ranks like torchrun")
+    launch.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
+                        help="launch N ranks on this machine through torch's launcher")
+    launch.add_argument("--nnodes", type=int, default=None)
+    launch.add_argument("--node-rank", type=int, default=None)
+    launch.add_argument("--master-addr", default=None)
+    launch.add_argument("--master-port", type=int, default=None)
+    return parser
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    for name in ("world_size", "epochs", "batch_size", "steps", "nproc_per_node", "nnodes"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"argument --{name.replace('_', '-')}: must be ≥ 1, got {value}")
-    if args.expected is not None and args.expected < 0:
-        raise UsageError(f"argument --expected: must be ≥ 0, got {args.expected}")
+    for name in ("expected", "dropped_by_design", "repeated_by_design", "node_rank"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise UsageError(f"argument --{name.replace('_', '-')}: must be ≥ 0, got {value}")
     if not args.timeout > 0:
         raise UsageError(f"argument --timeout: must be > 0 seconds, got {args.timeout:g}")
+    if args.epoch_call is not None and not args.reuse_loader:
+        raise UsageError("argument --epoch-call: needs --reuse-loader (a loader built every "
+                         "epoch gets its epoch from factory(rank, world_size, epoch))")
+    launching = [f"--{n.replace('_', '-')}" for n in LAUNCH_FLAGS if getattr(args, n) is not None]
+    if launching and args.nproc_per_node is None:
+        raise UsageError(f"argument {launching[0]}: needs --nproc-per-node")
+    if args.nproc_per_node is not None and args.world_size is not None:
+        raise UsageError("argument --world-size: not with --nproc-per-node (the world is "
+                         "nproc-per-node × nnodes ranks)")
+    if args.expected is not None and not args.by_content:
+        from talk_helpers.audit.core import expected_fits  # imports torch: after --help
+
+        try:
+            expected_fits(args.expected)
+        except ValueError as exc:
+            raise UsageError(f"argument --expected: {exc}") from None
     return args
 
 
@@ -137,168 +233,75 @@ def under_torchrun() -> bool:
     return all(v in os.environ for v in TORCHRUN_VARS)
 
 
+def is_rank_zero() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
 def main(argv=None) -> int:
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="replace")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    wants_json = "--json" in argv
     try:
         args = parse_args(argv)
+        if args.nproc_per_node is not None:
+            from talk_helpers.audit.launch import launch
+
+            return launch(args, argv)
         factory = load_target(args.target)
         if under_torchrun():
-            return _main_torchrun(args, factory)
+            from talk_helpers.audit.torchrun import main_torchrun
+
+            return main_torchrun(args, factory)
         return _main_local(args, factory)
     except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage_error(str(exc), wants_json, target=_target_of(argv))
 
 
-def _report_kwargs(args) -> dict:
-    return dict(expected=args.expected, batch_size=args.batch_size, shuffle=args.shuffle)
+def run() -> None:
+    """The ``talk-helpers-audit`` console script: :func:`main`, then exit with its status."""
+    import gc
+
+    status = main()
+    gc.freeze()  # Python's last collection at exit would walk all of torch's objects
+    sys.exit(status)
 
 
-def _emit(report, args, stream=None) -> int:
-    status = EXIT_PASS if report.ok else EXIT_FAIL
-    stream = stream or sys.stdout
-    if args.json:
-        doc = {"target": args.target, **report.to_dict(), "exit_status": status}
-        print(json.dumps(doc, ensure_ascii=False), file=stream)
-    else:
-        print(repr(report), file=stream)
-    stream.flush()
-    return status
+def usage_error(message: str, wants_json: bool, target: str | None = None) -> int:
+    """Exit status 2: one line on stderr and, with --json, one document on stdout."""
+    if is_rank_zero() or not under_torchrun():
+        first, *rest = message.splitlines() or [""]
+        print(f"{prog()}: error: {first}", file=sys.stderr)
+        for line in rest:
+            print(line, file=sys.stderr)
+        if wants_json:
+            doc = {"schema": SCHEMA, "target": target, "status": "usage",
+                   "exit_status": EXIT_USAGE, "ok": False,
+                   "headline": f"✘ usage: {first}",
+                   "error": {"kind": "usage", "message": message, "rank": None,
+                             "where": None, "progress": None, "hint": None}}
+            print(json.dumps(doc, ensure_ascii=False), flush=True)
+    return EXIT_USAGE
+
+
+def _target_of(argv: list[str]) -> str | None:
+    found = [a for a in argv if ":" in a and not a.startswith("-")]
+    return found[0] if found else None
 
 
 def _main_local(args, factory: ImportedFactory) -> int:
     from talk_helpers.audit.core import audit
 
-    # One call: ranks kept warm for a next call would only cost their shutdown at exit.
-    report = audit(factory, world_size=args.world_size or 2, epochs=args.epochs,
-                   timeout_s=args.timeout, start_method=args.start_method, reuse=False,
-                   **_report_kwargs(args))
-    return _emit(report, args)
-
-
-# ------------------------------------------------------------------ under torchrun
-
-
-# A rank that finished its own loader and waits for the others outlives the deadline by
-# this much, so the stuck rank reports first: torchrun stops every rank when one exits
-# and names the first to exit as the root cause.
-WAITING_GRACE_S = 5.0
-
-
-def _main_torchrun(args, factory: ImportedFactory) -> int:
-    import torch.distributed as dist
-
-    from talk_helpers.audit.core import build_report, collect_batches, failed_report
-
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if args.world_size is not None and args.world_size != world_size:
-        raise UsageError(f"argument --world-size: {args.world_size} disagrees with "
-                         f"torchrun's WORLD_SIZE={world_size}; drop it under torchrun")
-    if args.start_method is not None and rank == 0:
-        print(f"{PROG}: note: --start-method is ignored under torchrun, which starts "
-              "the ranks", file=sys.stderr)
-    progress = {"last": "joining the process group"}
-    _start_watchdog(rank, args.timeout, progress)
     try:
-        if args.backend == "nccl":  # all_gather_object then goes through this GPU
-            import torch
-
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        # The watchdogs time the audit; a collective that gave up first would make a rank
-        # waiting for the stuck one fail before the stuck one could say where it is.
-        dist.init_process_group(args.backend,
-                                timeout=timedelta(seconds=args.timeout + WAITING_GRACE_S))
-    except Exception as exc:
-        print(f"rank {rank}: cannot join torchrun's world ({_describe(exc)})",
-              file=sys.stderr)
-        return EXIT_FAIL
-    try:
-        progress["last"] = "iterating the loader"
-        try:
-            payload = ("ok", collect_batches(rank, world_size, _Tracked(factory, progress),
-                                             args.epochs))
-        except Exception as exc:
-            payload = ("error", _describe(exc))
-        progress["last"] = "gathering every rank's results (all_gather_object)"
-        progress["waiting"] = True
-        gathered = [None] * world_size
-        try:
-            dist.all_gather_object(gathered, payload)
-        except Exception as exc:
-            print(f"rank {rank}: could not gather the other ranks' results "
-                  f"({_describe(exc)}); another rank failed or hung", file=sys.stderr)
-            # Leave after the rank that failed: torchrun (polling every 0.1 s) names the
-            # first rank it sees exit as the root cause.
-            time.sleep(1.0)
-            return EXIT_FAIL
-        failed = [(r, p[1]) for r, p in enumerate(gathered) if p[0] != "ok"]
-        if failed:
-            r, what = failed[0]
-            report = failed_report(world_size, args.epochs,
-                                   f"the audit could not finish: rank {r}: {what}",
-                                   shuffle=args.shuffle)
-        else:
-            report = build_report([p[1] for p in gathered], **_report_kwargs(args))
-        status = _emit(report, args) if rank == 0 else (EXIT_PASS if report.ok else EXIT_FAIL)
-        # Leave together once rank 0 has printed: torchrun stops the other ranks as soon
-        # as one exits with an error, which could cut the report short.
-        try:
-            dist.barrier()
-        except Exception:
-            pass
-        return status
-    finally:
-        progress["done"] = True
-        try:
-            dist.destroy_process_group()
-        except Exception:
-            pass
+        # One call: ranks kept warm for a next call would only cost their shutdown at exit.
+        report = audit(factory, world_size=args.world_size or 2, epochs=args.epochs,
+                       timeout_s=args.timeout, start_method=args.start_method, reuse=False,
+                       **report_options(args))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    return emit(report, args)
 
 
-class _Tracked:
-    """The factory, noting which epoch this rank is in for the watchdog's message."""
-
-    def __init__(self, factory, progress: dict):
-        self.factory, self.progress = factory, progress
-
-    def __call__(self, rank, world_size, epoch):
-        self.progress["last"] = f"epoch {epoch}: building the loader"
-        loader = self.factory(rank, world_size, epoch)
-        self.progress["last"] = f"epoch {epoch}: iterating the loader"
-        return loader
-
-
-def _start_watchdog(rank: int, seconds: float, progress: dict) -> None:
-    """At the deadline: say where this rank is stuck, stop its workers, exit 1."""
-    started = time.monotonic()
-
-    def watch():
-        while True:
-            time.sleep(0.2)
-            if progress.get("done"):
-                return
-            deadline = seconds + (WAITING_GRACE_S if progress.get("waiting") else 0.0)
-            if time.monotonic() - started >= deadline:
-                break
-        where = (f"waiting for the other ranks: {progress['last']}"
-                 if progress.get("waiting") else f"stuck: {progress['last']}")
-        print(f"rank {rank}: the audit did not finish within {seconds:g} s ({where})",
-              file=sys.stderr, flush=True)
-        try:
-            import psutil
-
-            from talk_helpers.runtime.processes import kill_tree
-
-            kill_tree([psutil.Process()], include_roots=False)
-        finally:
-            os._exit(EXIT_FAIL)
-
-    threading.Thread(target=watch, name="audit-deadline", daemon=True).start()
-
-
-def _describe(exc: BaseException) -> str:
-    from talk_helpers.runtime.report import mask_volatile
-
-    lines = str(exc).strip().splitlines()
-    return mask_volatile(f"{type(exc).__name__}: {lines[0] if lines else ''}")
+__all__ = ["EXIT_ERROR", "ImportedFactory", "UsageError", "build_parser", "emit",
+           "load_target", "main", "parse_args", "prog", "report_options", "run", "under_torchrun",
+           "usage_error"]
