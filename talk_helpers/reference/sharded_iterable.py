@@ -15,7 +15,7 @@ How an epoch is laid out: every process computes it from ``(seed, epoch)``, noth
    Feistel network): any position's sample in O(1) time and memory, so ``N = 10**9`` starts
    as fast as ``N = 1000``. With :meth:`from_shards` the shard order is shuffled, the shards
    are grouped into blocks of about ``block_size`` samples and each block is shuffled alone
-   (a fixed-block shuffle, as mosaicml-streaming's ``py1br``).
+   (a fixed-block shuffle, like mosaicml-streaming's ``py1br``).
 2. **Ranks.** Rank ``r`` takes the r-th of ``world_size`` equal, contiguous parts of that
    order (policy ``"drop"`` leaves out its last ``N % world_size`` positions, ``"pad"``
    repeats its first ones).
@@ -44,16 +44,19 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
   - ``torchdata.stateful_dataloader.StatefulDataLoader``: save and load the loader's
     ``state_dict()``; each worker's copy of the dataset stores its position (and rank).
   - a plain ``DataLoader``: count the items your loop took this epoch and save
-    ``ds.checkpoint(batches_consumed)``; on resume build the dataset the same way and call
-    ``ds.load_state_dict(saved)`` before ``iter(loader)``. ``num_workers`` may change.
+    ``ds.checkpoint(batches_consumed)`` (it records the loader's workers too); on resume
+    build the dataset the same way and call ``ds.load_state_dict(saved)`` before
+    ``iter(loader)``. With the same ``num_workers`` the rest comes in the order it would
+    have come; with another, each item still once, dealt afresh.
   - a state saved after the last batch of epoch ``e``, loaded into a new loader, then
     ``set_epoch(e + 1)`` (before or after loading) reads epoch ``e + 1`` in full: a state
     applies to its own epoch only, and never changes the epoch you set.
   - elastic: when every rank took the same ``k`` batches, ``checkpoint(k)`` from any rank
     loads on any rank of a world of any size; the new world deals what nobody read yet.
 
-What it refuses, with an error that says why: ``DataLoader(in_order=False)`` (the order
-would depend on timing, and ``checkpoint`` could not tell what was read); a shard whose
+What it refuses, with an error that says why: ``DataLoader(in_order=False)`` with several
+workers (the order would depend on timing, and ``checkpoint`` could not tell what was
+read); a state that stops inside another epoch than the one set; a shard whose
 ``load`` returns another length than ``lengths`` declares; ``WORLD_SIZE > 1`` in the
 environment with no rank known.
 
@@ -74,7 +77,8 @@ from torch.utils.data._utils.collate import default_collate
 
 POLICIES = ("drop", "pad")
 STATE_VERSION = 3
-DEFAULT_BLOCK_SIZE = 1 << 18  # samples shuffled together (mosaicml-streaming's default block)
+# Samples shuffled together: the block size that mosaicml-streaming's py1br defaults to.
+DEFAULT_BLOCK_SIZE = 1 << 18
 FEISTEL_ROUNDS = 6
 
 
@@ -444,38 +448,44 @@ class ShardedIterableDataset(IterableDataset):
         unit, offset = self._unit, self.rank * per
         order = self._order(epoch)
         chunk = max(1, _CHUNK // unit)   # items whose ids are computed together
+        held = set()                     # the blocks whose loaded shards are kept
         for head in range(first + skip, first + count, chunk):
             tail = min(head + chunk, first + count)
             local = np.arange(head * unit, min(tail * unit, per), dtype=np.int64)
             ids, shards, blocks = order.ids(seq.base((offset + local) % seq.length))
             for at in range(0, len(ids), unit):
                 cut = slice(at, at + unit)
-                out = self._fetch(ids[cut], shards[cut], blocks[cut]) if self.batch_size \
-                    else self._fetch_one(int(ids[at]), int(shards[at]), blocks[cut])
+                needed = set(np.unique(blocks[cut]).tolist())
+                if self._load is not None and needed != held:
+                    self._evict(needed)
+                    held = needed
+                out = self._fetch(ids[cut], shards[cut]) if self.batch_size \
+                    else self._fetch_one(int(ids[at]), int(shards[at]))
                 if rng is not None:
                     out = self.transform(out, rng)
                 progress["yielded"] += 1
                 yield out
 
-    def _fetch(self, ids: np.ndarray, shards: np.ndarray, blocks: np.ndarray):
+    def _fetch(self, ids: np.ndarray, shards: np.ndarray):
         if len(self._sources) == 1:  # a flat source: one vectorised read
             if self._sources[0] is None:
                 return torch.from_numpy(ids.copy())
-            return self._take(0, ids, blocks)
+            return self._take(0, ids)
         local = ids - self._offsets[shards]
         if (shards == shards[0]).all():
-            return self._take(int(shards[0]), local, blocks)
-        parts = {int(s): self._take(int(s), local[shards == s], blocks)
-                 for s in np.unique(shards)}
-        if all(isinstance(p, torch.Tensor) for p in parts.values()):
-            out = torch.cat(list(parts.values()))
-            where = np.concatenate([np.flatnonzero(shards == s) for s in parts])
-            return out[torch.from_numpy(np.argsort(where, kind="stable"))]
-        return self.collate_fn([self._shard_data(int(s), blocks)[int(i)]
+            return self._take(int(shards[0]), local)
+        by_shard = np.argsort(shards, kind="stable")          # one read per shard
+        groups = np.split(by_shard, np.flatnonzero(np.diff(shards[by_shard])) + 1)
+        parts = [self._take(int(shards[g[0]]), local[g]) for g in groups]
+        if all(isinstance(p, torch.Tensor) for p in parts):
+            back = np.empty_like(by_shard)
+            back[by_shard] = np.arange(len(by_shard))
+            return torch.cat(parts)[torch.from_numpy(back)]
+        return self.collate_fn([self._shard_data(int(s))[int(i)]
                                 for s, i in zip(shards, local, strict=True)])
 
-    def _take(self, s: int, local: np.ndarray, blocks: np.ndarray):
-        data = self._shard_data(s, blocks)
+    def _take(self, s: int, local: np.ndarray):
+        data = self._shard_data(s)
         if isinstance(data, torch.Tensor):
             return data[torch.from_numpy(local)]
         if isinstance(data, np.ndarray):
@@ -484,18 +494,20 @@ class ShardedIterableDataset(IterableDataset):
             return torch.from_numpy(data.start + local * data.step)
         return self.collate_fn([data[int(i)] for i in local])
 
-    def _fetch_one(self, gid: int, s: int, blocks: np.ndarray):
-        data = self._shard_data(s, blocks)
+    def _fetch_one(self, gid: int, s: int):
+        data = self._shard_data(s)
         return gid if data is None else data[gid - int(self._offsets[s])]
 
-    def _shard_data(self, s: int, blocks: np.ndarray):
-        """Shard ``s``'s samples; loaded ones are kept while the worker reads their block."""
+    def _evict(self, blocks: set) -> None:
+        """Drop the loaded shards of blocks the worker has left: it holds about one block."""
+        for s in [s for s in self._cache if int(self._block_of_shard[s]) not in blocks]:
+            del self._cache[s]
+
+    def _shard_data(self, s: int):
+        """Shard ``s``'s samples; a loaded one is kept while the worker reads its block."""
         if self._load is None:
             return self._sources[s]
         if s not in self._cache:
-            block_of = self._block_of_shard
-            for old in [k for k in self._cache if block_of[k] not in blocks]:
-                del self._cache[old]
             data, declared = self._load(self._sources[s]), int(self._lengths[s])
             if len(data) != declared:
                 raise ValueError(
