@@ -1,6 +1,9 @@
-"""ShardedIterableDataset: exactly once, equal batches per rank, shuffle before shard, resume."""
+"""ShardedIterableDataset: exactly once, equal batches per rank, shuffle before shard, exact
+resume at every boundary, shards loaded once, an order in O(1) memory, refusals."""
 
 import copy
+import tracemalloc
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -10,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from talk_helpers.reference.sharded_iterable import ShardedIterableDataset, worker_sample_ids
+from talk_helpers.reference.sharded_iterable import KeyedPermutation, ShardedIterableDataset
 
 TIMEOUT = 120  # seconds for a DataLoader with workers on a busy 2-core machine
 
@@ -26,14 +29,19 @@ def ids(items) -> list[int]:
 
 
 def rank_stream(ds, num_workers):
-    """The items a rank's DataLoader yields: worker streams interleaved round-robin (each
-    worker iterates its own copy of the dataset, as in a DataLoader)."""
+    """The items a rank's DataLoader yields: each worker iterates its own copy of the
+    dataset, and the loader takes one item from each in turn, skipping finished ones."""
     n = max(num_workers, 1)
-    streams = [list(copy.copy(ds)._iter_worker(w, n)) for w in range(n)]
+    streams = [list(copy.deepcopy(ds)._iter_worker(w, n)) for w in range(n)]
     out = []
     for j in range(max((len(s) for s in streams), default=0)):
         out += [s[j] for s in streams if j < len(s)]
     return out
+
+
+def shard_ranges(sizes):
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    return [range(int(a), int(b)) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
 
 
 def make(config, rank, **overrides):
@@ -42,20 +50,20 @@ def make(config, rank, **overrides):
     kwargs.update(overrides)
     if config["shards"] is None:
         return ShardedIterableDataset(config["n"], **kwargs)
-    offsets = np.concatenate([[0], np.cumsum(config["shards"])])
-    shards = [range(int(a), int(b)) for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
-    return ShardedIterableDataset.from_shards(shards, **kwargs)
+    return ShardedIterableDataset.from_shards(shard_ranges(config["shards"]),
+                                              block_size=config["block_size"], **kwargs)
 
 
 @st.composite
 def configs(draw):
     sharded = draw(st.booleans())
     if sharded:
-        shards = draw(st.lists(st.integers(0, 1500), min_size=1, max_size=12))
+        shards = draw(st.lists(st.integers(0, 600), min_size=1, max_size=10))
         n = sum(shards)
     else:
-        shards, n = None, draw(st.integers(0, 10_000))
+        shards, n = None, draw(st.integers(0, 4000))
     return {"n": n, "shards": shards, "world": draw(st.integers(1, 8)),
+            "block_size": draw(st.one_of(st.none(), st.integers(1, 3000))),
             "workers": draw(st.integers(0, 4)),
             "batch_size": draw(st.one_of(st.none(), st.integers(1, 3), st.integers(4, 300))),
             "policy": draw(st.sampled_from(["drop", "pad"])),
@@ -63,7 +71,9 @@ def configs(draw):
             "resume": draw(st.floats(0, 1)), "resume_workers": draw(st.integers(0, 4))}
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# -- exactly once, equal batches, exact resume -----------------------------------------
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs())
 def test_every_configuration_reads_each_sample_once_with_equal_batches_per_rank(config):
     world, workers = config["world"], config["workers"]
@@ -78,36 +88,445 @@ def test_every_configuration_reads_each_sample_once_with_equal_batches_per_rank(
 
         # plain-DataLoader resume in a "fresh process": a new object, maybe other workers
         k = int(config["resume"] * len(items))
-        fresh = make(config, rank)
-        fresh.load_state_dict(ds.checkpoint(k) | {"epoch": config["epoch"]})
-        assert ids(items[:k]) + ids(rank_stream(fresh, config["resume_workers"])) == ids(items)
+        for resume_workers in (workers, config["resume_workers"]):
+            fresh = make(config, rank)
+            fresh.load_state_dict(ds.checkpoint(k, num_workers=workers))
+            rest = ids(rank_stream(fresh, resume_workers))
+            assert len(fresh) == len(items) - k
+            if max(resume_workers, 1) == max(workers, 1):
+                assert ids(items[:k]) + rest == ids(items), "the same loader: the same order"
+            else:
+                assert sorted(ids(items[:k]) + rest) == sorted(ids(items))
 
     assert len(set(per_rank)) == 1, f"batches per rank differ: {per_rank}"
     n, bound = config["n"], world - 1
-    expected = Counter(range(n))
-    assert not set(seen) - set(expected), "unexpected ids"
+    assert set(seen) <= set(range(n)), "unexpected ids"
     if config["policy"] == "drop":
         assert max(seen.values(), default=1) == 1
         assert n - len(seen) == ds.dropped <= bound
+        assert sorted(set(range(n)) - set(seen)) == sorted(ds.dropped_ids().tolist())
     else:
         assert len(seen) == n
         assert sum(seen.values()) - n == ds.padded <= bound
+        extra_reads = sorted(k for k, v in seen.items() for _ in range(v - 1))
+        assert extra_reads == sorted(ds.padded_ids().tolist())
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs())
-def test_worker_state_dict_resumes_each_worker_exactly_where_it_stopped(config):
+def test_a_worker_state_resumes_each_worker_exactly_where_it_stopped_even_at_its_end(config):
     workers = max(config["workers"], 1)
     ds = make(config, rank=config["world"] - 1)
+    ds.set_epoch(config["epoch"])
     for w in range(workers):
         stream = list(ds._iter_worker(w, workers))
-        k = int(config["resume"] * len(stream))
-        it = ds._iter_worker(w, workers)
-        before = [next(it) for _ in range(k)]
-        state = ds.state_dict()
-        fresh = make(config, rank=config["world"] - 1)
-        fresh.load_state_dict(state)
-        assert ids(before) + ids(fresh._iter_worker(w, workers)) == ids(stream)
+        for k in {int(config["resume"] * len(stream)), len(stream)}:
+            it = ds._iter_worker(w, workers)
+            before = [next(it) for _ in range(k)]
+            state = ds.state_dict()
+            assert state["finished"] == (k == len(stream))
+            fresh = make(config, rank=config["world"] - 1)
+            fresh.load_state_dict(state)
+            assert ids(before) + ids(fresh._iter_worker(w, workers)) == ids(stream)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs(), st.booleans(), st.booleans())
+def test_a_state_saved_after_the_last_batch_resumes_into_the_next_epoch(config, worker_state,
+                                                                       set_first):
+    """The usual end-of-epoch checkpoint: whichever comes first, set_epoch(e + 1) or
+    loading the state, the new loader reads epoch e + 1, never epoch e again."""
+    workers, epoch = max(config["workers"], 1), config["epoch"]
+    ds = make(config, rank=0)
+    ds.set_epoch(epoch)
+    if worker_state:   # what a StatefulDataLoader keeps: each worker's copy, at its end
+        states = []
+        for w in range(workers):
+            list(ds._iter_worker(w, workers))
+            states.append(ds.state_dict())
+    else:
+        states = [ds.checkpoint(len(ds), num_workers=workers)]
+    plain = make(config, rank=0)
+    plain.set_epoch(epoch + 1)
+    expected = ids(rank_stream(plain, workers))
+    for w, state in enumerate(states):
+        fresh = make(config, rank=0)
+        if set_first:
+            fresh.set_epoch(epoch + 1)
+            fresh.load_state_dict(state)
+        else:
+            fresh.load_state_dict(state)
+            fresh.set_epoch(epoch + 1)
+        assert fresh.epoch == epoch + 1
+        if worker_state:
+            assert ids(fresh._iter_worker(w, workers)) == ids(plain._iter_worker(w, workers))
+        else:
+            assert ids(rank_stream(fresh, workers)) == expected
+
+
+def test_a_state_loaded_with_no_epoch_set_resumes_its_own_epoch():
+    ds = ShardedIterableDataset(50, batch_size=4, seed=2)
+    ds.set_epoch(3)
+    full = rank_stream(ds, 2)
+    fresh = ShardedIterableDataset(50, batch_size=4, seed=2)
+    fresh.load_state_dict(ds.checkpoint(5, num_workers=2))
+    assert fresh.epoch == 3 and ids(full[:5]) + ids(rank_stream(fresh, 2)) == ids(full)
+    done = ShardedIterableDataset(50, batch_size=4, seed=2)
+    done.load_state_dict(ds.checkpoint(len(ds), num_workers=2))
+    assert rank_stream(done, 2) == [], "epoch 3 was read to its end"
+
+
+def test_a_mid_epoch_state_loaded_into_another_epoch_is_refused():
+    ds = ShardedIterableDataset(50, batch_size=4)
+    ds.set_epoch(3)
+    it = ds._iter_worker(0, 1)
+    next(it)
+    for state in (ds.checkpoint(2, num_workers=1), ds.state_dict()):
+        fresh = ShardedIterableDataset(50, batch_size=4)
+        fresh.set_epoch(4)
+        with pytest.raises(ValueError, match="skip the rest of epoch 3"):
+            fresh.load_state_dict(state)
+    fresh.load_state_dict(ds.checkpoint(len(ds), num_workers=1))  # finished: epoch 4 goes on
+    assert fresh.epoch == 4 and len(rank_stream(fresh, 1)) == len(ds)
+
+
+def test_a_resumed_loader_saves_and_resumes_again_in_the_same_order():
+    ds = ShardedIterableDataset(90, batch_size=4, seed=1)
+    ds.set_epoch(2)
+    full = ids(rank_stream(ds, 3))
+    first = ShardedIterableDataset(90, batch_size=4, seed=1)
+    first.load_state_dict(ds.checkpoint(4, num_workers=3))
+    second_state = first.checkpoint(7, num_workers=3)    # 7 more from the resumed loader
+    assert second_state["history"] == [[1, 3, 11]]
+    second = ShardedIterableDataset(90, batch_size=4, seed=1)
+    second.load_state_dict(second_state)
+    assert ids(rank_stream(ds, 3)[:11]) + ids(rank_stream(second, 3)) == full
+
+
+# -- the same in real DataLoaders -------------------------------------------------------
+
+def _epoch_one(kind, num_workers, persistent, set_first):
+    """A loader saved after the last batch of epoch 0, then a new one: what it reads."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    options = dict(batch_size=None, num_workers=num_workers, persistent_workers=persistent,
+                   timeout=TIMEOUT if num_workers else 0,
+                   multiprocessing_context="fork" if num_workers else None)
+    cls = StatefulDataLoader if kind == "stateful" else DataLoader
+    ds = ShardedIterableDataset.from_shards(shard_ranges([26, 9, 14, 12]), batch_size=5,
+                                            seed=4)
+    ds.set_epoch(0)
+    loader = cls(ds, **options)
+    batches = 0
+    for _ in loader:
+        batches += 1
+        state = loader.state_dict() if kind == "stateful" else ds.checkpoint(batches)
+    fresh = ShardedIterableDataset.from_shards(shard_ranges([26, 9, 14, 12]), batch_size=5,
+                                               seed=4)
+    resumed = cls(fresh, **options)
+    target = resumed if kind == "stateful" else fresh
+    if set_first:
+        fresh.set_epoch(1)
+        target.load_state_dict(state)
+    else:
+        target.load_state_dict(state)
+        fresh.set_epoch(1)
+    got = ids(resumed)
+    if persistent:   # the same workers go on to epoch 2
+        fresh.set_epoch(2)
+        got2 = ids(resumed)
+    else:
+        got2 = None
+    return got, got2
+
+
+@pytest.mark.parametrize("kind", ["stateful", "checkpoint"])
+@pytest.mark.parametrize("num_workers,persistent", [(0, False), (2, False), (2, True)])
+@pytest.mark.parametrize("set_first", [True, False])
+def test_a_loader_saved_after_the_last_batch_reads_the_next_epoch(kind, num_workers,
+                                                                  persistent, set_first):
+    got, got2 = _epoch_one(kind, num_workers, persistent, set_first)
+    plain = ShardedIterableDataset.from_shards(shard_ranges([26, 9, 14, 12]), batch_size=5,
+                                               seed=4)
+    plain.set_epoch(1)
+    assert got == ids(rank_stream(plain, num_workers)), "epoch 1 in full, not epoch 0 again"
+    if got2 is not None:
+        plain.set_epoch(2)
+        assert got2 == ids(rank_stream(plain, num_workers))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stateful_dataloader_resumes_mid_epoch_exactly_once(num_workers):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def loader():
+        ds = ShardedIterableDataset(97, batch_size=6, seed=3, rank=0, world_size=2)
+        ds.set_epoch(4)
+        return StatefulDataLoader(ds, batch_size=None, num_workers=num_workers,
+                                  timeout=TIMEOUT if num_workers else 0)
+
+    full = ids(loader())
+    first = loader()
+    it = iter(first)
+    before = [next(it) for _ in range(3)]
+    state = first.state_dict()
+    del it, first
+    resumed = loader()
+    resumed.load_state_dict(state)
+    assert ids(before) + ids(resumed) == full
+    assert len(full) == len(set(full)) == 48
+
+
+def test_plain_dataloader_resume_may_change_the_number_of_workers():
+    ds = ShardedIterableDataset(100, batch_size=7, seed=5)
+    ds.set_epoch(2)
+    full = list(DataLoader(ds, batch_size=None, num_workers=2, timeout=TIMEOUT))
+    saved = ds.checkpoint(batches_consumed=5)     # the loader's 2 workers, remembered
+    assert saved["history"] == [[1, 2, 5]]
+    fresh = ShardedIterableDataset(100, batch_size=7, seed=5)
+    fresh.load_state_dict(saved)
+    rest = list(DataLoader(fresh, batch_size=None, num_workers=1, timeout=TIMEOUT))
+    assert sorted(ids(full[:5]) + ids(rest)) == sorted(ids(full)) and fresh.epoch == 2
+    again = ShardedIterableDataset(100, batch_size=7, seed=5)
+    again.load_state_dict(saved)
+    rest = list(DataLoader(again, batch_size=None, num_workers=2, timeout=TIMEOUT))
+    assert ids(full[:5]) + ids(rest) == ids(full), "the same workers: the same order"
+    fresh.set_epoch(3)  # the resume point belongs to epoch 2 only
+    assert len(list(DataLoader(fresh, batch_size=None))) == len(full)
+
+
+def test_checkpoint_before_any_iteration_needs_the_number_of_workers():
+    ds = ShardedIterableDataset(100, batch_size=7)
+    assert ds.checkpoint(0)["history"] == [[1, 1, 0]]
+    with pytest.raises(ValueError, match="num_workers"):
+        ds.checkpoint(3)
+    with pytest.raises(ValueError, match="batches_consumed"):
+        ds.checkpoint(len(ds) + 1, num_workers=2)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+@pytest.mark.parametrize("stateful", [False, True])
+def test_a_dataloader_with_in_order_false_is_refused(start_method, stateful):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    cls = StatefulDataLoader if stateful else DataLoader
+    ds = ShardedIterableDataset(40, batch_size=4)
+    loader = cls(ds, batch_size=None, num_workers=2, in_order=False, timeout=TIMEOUT,
+                 multiprocessing_context=start_method)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # StatefulDataLoader's own warning about in_order
+        with pytest.raises(ValueError, match="in_order=False"):
+            list(loader)
+    assert len(list(cls(ds, batch_size=None, num_workers=0, in_order=False))) == len(ds)
+
+
+# -- shards: loaded once, checked on load, mixed by blocks ----------------------------------
+
+class CountingLoad:
+    """``load(shard)`` that counts its calls per shard (one instance per worker copy)."""
+
+    def __init__(self):
+        self.calls = Counter()
+
+    def __call__(self, shard):
+        self.calls[shard.start] += 1
+        return np.arange(shard.start, shard.stop)
+
+
+def loads_per_rank(ds, num_workers) -> Counter:
+    """How often each shard is loaded by one rank's workers in one epoch (each worker a
+    copy of the dataset with its own cache, as in a DataLoader)."""
+    total = Counter()
+    for w in range(max(num_workers, 1)):
+        copy_ = copy.deepcopy(ds)
+        counter = CountingLoad()
+        copy_._load = counter
+        list(copy_._iter_worker(w, max(num_workers, 1)))
+        total += counter.calls
+    return total
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 4, 8])
+def test_each_shard_is_loaded_once_per_rank_and_epoch(num_workers):
+    # 64 shards of 50, 2 ranks, micro-batches of 10, blocks of one shard: each worker's
+    # run ends on a shard boundary, so no shard is cut between two workers.
+    shards = shard_ranges([50] * 64)
+    for rank in range(2):
+        ds = ShardedIterableDataset.from_shards(shards, lengths=[50] * 64, load=np.load,
+                                                block_size=50, batch_size=10, rank=rank,
+                                                world_size=2, seed=1)
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            loads = loads_per_rank(ds, num_workers)
+            assert set(loads.values()) == {1} and len(loads) == 32
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 200), min_size=1, max_size=40), st.integers(1, 400),
+       st.sampled_from([1, 2, 4, 8]), st.integers(1, 3), st.integers(1, 16),
+       st.integers(0, 100))
+def test_only_the_blocks_a_worker_boundary_cuts_are_loaded_twice(sizes, block_size,
+                                                                  num_workers, world,
+                                                                  batch_size, seed):
+    for rank in range(world):
+        ds = ShardedIterableDataset.from_shards(shard_ranges(sizes), lengths=sizes,
+                                                load=np.load, block_size=block_size,
+                                                batch_size=batch_size, rank=rank,
+                                                world_size=world, seed=seed)
+        order = ds._order(0)
+        shards_per_block = np.bincount(order.block_of_shard).max()
+        loads = loads_per_rank(ds, num_workers)
+        # each boundary between two workers' runs cuts at most one block
+        assert sum(loads.values()) - len(loads) <= (num_workers - 1) * shards_per_block
+
+
+def test_a_real_dataloader_loads_each_shard_once_per_rank():
+    counts = torch.zeros(2, 16, dtype=torch.int64).share_memory_()
+    ds = ShardedIterableDataset.from_shards(list(range(16)), lengths=[40] * 16,
+                                            load=SharedCountingLoad(counts), block_size=40,
+                                            batch_size=8, seed=3)
+    got = ids(DataLoader(ds, batch_size=None, num_workers=2, timeout=TIMEOUT,
+                         multiprocessing_context="fork"))
+    assert sorted(got) == list(range(16 * 40))
+    assert counts.sum(0).tolist() == [1] * 16 and counts.sum(1).tolist() == [8, 8]
+
+
+class SharedCountingLoad:
+    """``load(i)`` for shard ``i`` of 40 ids, counted per worker in shared memory."""
+
+    def __init__(self, counts):
+        self.counts = counts
+
+    def __call__(self, i):
+        from torch.utils.data import get_worker_info
+
+        self.counts[get_worker_info().id, i] += 1
+        return np.arange(40 * i, 40 * (i + 1))
+
+
+@pytest.mark.parametrize("declared,actual,words", [(12, 16, "never be read"),
+                                                   (12, 8, "cannot be read")])
+def test_a_shard_of_another_length_than_declared_is_refused_naming_it(tmp_path, declared,
+                                                                      actual, words):
+    paths = []
+    for i, size in enumerate([10, actual, 10]):
+        paths.append(tmp_path / f"part-{i}.npy")
+        np.save(paths[-1], np.arange(size))
+    ds = ShardedIterableDataset.from_shards(paths, lengths=[10, declared, 10], load=np.load,
+                                            batch_size=4, block_size=None)
+    with pytest.raises(ValueError, match=rf"shard 1 \(.*part-1\.npy\) holds {actual} "
+                                         rf"samples but lengths\[1\] = {declared}.*{words}"):
+        list(DataLoader(ds, batch_size=None, num_workers=1, timeout=TIMEOUT))
+
+
+def test_shards_in_memory_are_checked_against_lengths_when_built():
+    with pytest.raises(ValueError, match=r"shard 1 \(range\(3, 9\)\) holds 6 samples"):
+        ShardedIterableDataset.from_shards([range(3), range(3, 9)], lengths=[3, 5])
+
+
+@pytest.mark.parametrize("env", [{"WORLD_SIZE": "4"}, {"RANK": "2"}])
+def test_a_world_in_the_environment_without_a_rank_is_refused(monkeypatch, env):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValueError, match="this rank cannot be known"):
+        ShardedIterableDataset(10)
+    assert ShardedIterableDataset(10, rank=1, world_size=3).rank == 1
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.delenv("RANK", raising=False)
+    assert (ShardedIterableDataset(10).rank, ShardedIterableDataset(10).world_size) == (0, 1)
+
+
+def micro_batches(n_shards, block_size=None, shard_size=64, seed=0, epochs=2, **kwargs):
+    """epochs -> ranks -> micro-batches of 2 ranks × 2 workers, batch 8; and shard labels."""
+    shards = shard_ranges([shard_size] * n_shards)
+    kwargs = kwargs if block_size is None else {**kwargs, "block_size": block_size}
+    out = []
+    for epoch in range(epochs):
+        out.append([])
+        for rank in range(2):
+            ds = ShardedIterableDataset.from_shards(shards, batch_size=8, seed=seed,
+                                                    rank=rank, world_size=2, **kwargs)
+            ds.set_epoch(epoch)
+            out[-1].append([b.numpy() for b in rank_stream(ds, 2)])
+    return out, np.repeat(np.arange(n_shards), shard_size)
+
+
+@pytest.mark.parametrize("n_shards", [16, 256])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_by_default_micro_batches_mix_well_at_16_and_256_shards(n_shards, seed):
+    from talk_helpers.checks.mixing import step_report
+
+    epochs, groups = micro_batches(n_shards, seed=seed)
+    report = step_report(epochs, groups=groups)
+    assert report.well_mixed and report.ok, repr(report)
+
+
+def test_a_block_of_one_shard_puts_one_shard_in_each_micro_batch_and_wider_mixes_more():
+    from talk_helpers.checks.mixing import effective_groups
+
+    def effective(block_size):
+        epochs, groups = micro_batches(16, block_size=block_size)
+        return effective_groups([b for ranks in epochs for r in ranks for b in r], groups)
+
+    one, four, every = effective(64), effective(4 * 64), effective(None)
+    assert one == 1.0 and one < four < every
+
+
+# -- the order: a keyed bijection in O(1) memory -------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 5000), st.lists(st.integers(0, 2**32), min_size=1, max_size=4))
+def test_the_keyed_permutation_is_a_bijection_of_any_size(n, key):
+    out = KeyedPermutation(n, key)(np.arange(n))
+    assert sorted(out.tolist()) == list(range(n))
+
+
+def test_the_keyed_permutation_stays_in_range_and_distinct_at_a_billion():
+    n = 10**9
+    positions = np.random.default_rng(0).choice(n, 200_000, replace=False)
+    out = KeyedPermutation(n, (7, 3))(positions)
+    assert out.min() >= 0 and out.max() < n and len(np.unique(out)) == len(out)
+
+
+@pytest.mark.parametrize("n", [5, 12])
+def test_the_keyed_permutation_sends_each_position_anywhere_with_equal_chance(n):
+    keys = 6000
+    table = np.zeros((n, n))
+    for key in range(keys):
+        table[np.arange(n), KeyedPermutation(n, (key,))(np.arange(n))] += 1
+    expected = keys / n
+    chi2 = ((table - expected) ** 2 / expected).sum()
+    dof = (n - 1) ** 2
+    assert chi2 < dof + 6 * np.sqrt(2 * dof), chi2   # six standard deviations
+
+
+def test_the_keyed_permutation_mixes_like_torch_randperm_by_the_collections_score():
+    from talk_helpers.checks.mixing import batch_mixing
+
+    def mixing(order):   # 60 of 61 ids in batches of 5, as notebook 09's audits cut them
+        return batch_mixing(list(order[:60].reshape(12, 5)))
+
+    keys = range(200)
+    keyed = [mixing(KeyedPermutation(61, (key, 3))(np.arange(61))) for key in keys]
+    uniform = [mixing(torch.randperm(61, generator=torch.Generator().manual_seed(key)).numpy())
+               for key in keys]
+    spread = np.hypot(np.std(keyed), np.std(uniform)) / np.sqrt(len(keys))
+    assert abs(np.mean(keyed) - np.mean(uniform)) < 4 * spread
+
+
+def test_a_billion_samples_start_their_first_batch_without_building_the_order():
+    tracemalloc.start()
+    try:
+        ds = ShardedIterableDataset(10**9, batch_size=256, rank=3, world_size=8, seed=1)
+        ds.set_epoch(5)
+        first = next(ds._iter_worker(1, 4))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, f"{peak} bytes"     # 1e9 int64 ids would be 8 GB
+    assert len(first) == 256 and len(set(first.tolist())) == 256
 
 
 @settings(max_examples=100, deadline=None)
@@ -117,37 +536,40 @@ def test_same_seed_gives_same_orders_and_epochs_give_different_ones(config):
     e = config["epoch"]
     assert np.array_equal(a.epoch_order(e), b.epoch_order(e))
     assert sorted(a.epoch_order(e).tolist()) == list(range(config["n"]))
-    if config["n"] >= 20:
+    if config["n"] >= 20 and (config["shards"] is None or config["block_size"] is None
+                              or config["block_size"] >= 20):
         assert not np.array_equal(a.epoch_order(e), a.epoch_order(e + 1))
 
 
-def test_ranks_split_the_same_permutation_into_equal_blocks():
-    order = np.arange(10)
-    blocks = [worker_sample_ids(order, rank=r, world_size=3, worker=0, num_workers=1,
-                                batch_size=None, policy="pad") for r in range(3)]
-    assert [b.tolist() for b in blocks] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]]
-
+# -- the rest of the contract ---------------------------------------------------------------
 
 def test_each_bad_argument_gets_an_error_naming_it():
     cases = [(dict(source=-1), "source"), (dict(world_size=0, rank=0), "world_size"),
              (dict(rank=2, world_size=2), "rank"), (dict(batch_size=0), "batch_size"),
-             (dict(policy="wrap"), "policy"), (dict(rank=1), "both")]
+             (dict(policy="wrap"), "policy"), (dict(rank=1), "both"), (dict(seed=-1), "seed")]
     for kwargs, word in cases:
         source = kwargs.pop("source", 10)
         with pytest.raises(ValueError, match=word):
             ShardedIterableDataset(source, **kwargs)
-    with pytest.raises(ValueError, match="negative"):
+    with pytest.raises(ValueError, match="lengths"):
         ShardedIterableDataset.from_shards([range(3)], lengths=[-3])
+    for block_size in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="block_size"):
+            ShardedIterableDataset.from_shards([range(4)], block_size=block_size)
+    with pytest.raises(ValueError, match="epoch"):
+        ShardedIterableDataset(10).set_epoch(-1)
 
 
 def test_a_state_from_another_configuration_is_refused():
-    state = ShardedIterableDataset(100, batch_size=4, seed=1).checkpoint(3)
+    state = ShardedIterableDataset(100, batch_size=4, seed=1).checkpoint(3, num_workers=1)
     for other in (dict(seed=2), dict(batch_size=8), dict(policy="pad")):
         with pytest.raises(ValueError, match="different configuration"):
             ds = ShardedIterableDataset(100, **{"batch_size": 4, "seed": 1, **other})
             ds.load_state_dict(state)
     with pytest.raises(ValueError, match="different configuration"):
         ShardedIterableDataset(99, batch_size=4, seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="version 3"):
+        ShardedIterableDataset(100, batch_size=4, seed=1).load_state_dict({"version": 2})
 
 
 def test_rank_comes_from_the_environment_at_construction(monkeypatch):
@@ -173,12 +595,13 @@ def test_rank_comes_from_an_initialised_process_group(monkeypatch, tmp_path):
         torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("num_workers", [0, 1, 2])
-def test_a_dataloader_yields_the_rank_stream_in_order_whatever_the_workers(num_workers):
+@pytest.mark.parametrize("num_workers", [0, 1, 2, 3])
+def test_a_dataloader_yields_the_workers_runs_in_turn(num_workers):
     ds = ShardedIterableDataset(203, batch_size=8, rank=1, world_size=2, policy="pad")
     loader = DataLoader(ds, batch_size=None, num_workers=num_workers,
                         timeout=TIMEOUT if num_workers else 0)
-    assert ids(loader) == ids(rank_stream(ds, 1))
+    assert ids(loader) == ids(rank_stream(ds, num_workers))
+    assert ds.checkpoint(0)["history"] == [[2, max(num_workers, 1), 0]]
 
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
@@ -231,71 +654,22 @@ def test_a_sequence_of_dicts_is_collated_into_batches():
     assert batch["id"].tolist() == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_stateful_dataloader_resumes_mid_epoch_exactly_once(num_workers):
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    def loader():
-        ds = ShardedIterableDataset(97, batch_size=6, seed=3, rank=0, world_size=2)
-        ds.set_epoch(4)
-        return StatefulDataLoader(ds, batch_size=None, num_workers=num_workers,
-                                  timeout=TIMEOUT if num_workers else 0)
-
-    full = ids(loader())
-    first = loader()
-    it = iter(first)
-    before = [next(it) for _ in range(3)]
-    state = first.state_dict()
-    del it, first
-    resumed = loader()
-    resumed.load_state_dict(state)
-    assert ids(before) + ids(resumed) == full
-    assert len(full) == len(set(full)) == 48
-
-
-def test_plain_dataloader_resume_may_change_the_number_of_workers():
-    ds = ShardedIterableDataset(100, batch_size=7, seed=5)
-    ds.set_epoch(2)
-    full = list(DataLoader(ds, batch_size=None, num_workers=2, timeout=TIMEOUT))
-    saved = ds.checkpoint(batches_consumed=5)
-    fresh = ShardedIterableDataset(100, batch_size=7, seed=5)
-    fresh.load_state_dict(saved)
-    rest = list(DataLoader(fresh, batch_size=None, num_workers=1, timeout=TIMEOUT))
-    assert ids(full[:5]) + ids(rest) == ids(full) and fresh.epoch == 2
-    fresh.set_epoch(3)  # the resume point belongs to epoch 2 only
-    assert len(list(DataLoader(fresh, batch_size=None))) == len(full)
-
-
-def test_dropped_and_padded_ids_are_the_ones_missing_or_repeated():
-    for policy in ("drop", "pad"):
-        seen = Counter()
-        for rank in range(3):
-            ds = ShardedIterableDataset(100, batch_size=7, policy=policy, rank=rank,
-                                        world_size=3)
-            ds.set_epoch(1)
-            seen.update(ids(rank_stream(ds, 2)))
-        if policy == "drop":
-            assert sorted(set(range(100)) - set(seen)) == sorted(ds.dropped_ids().tolist())
-        else:
-            assert sorted(k for k, v in seen.items() if v == 2) == sorted(ds.padded_ids().tolist())
-
-
 def _draw(batch, rng):
     return batch, torch.rand(len(batch), generator=rng)
 
 
 def test_a_worker_state_resumes_the_augmentation_generator_too():
-    def make():
+    def make_ds():
         ds = ShardedIterableDataset(50, batch_size=4, transform=_draw, rank=1, world_size=2)
         ds.set_epoch(2)
         return ds
 
-    ds = make()
+    ds = make_ds()
     full = list(ds._iter_worker(1, 2))
     it = ds._iter_worker(1, 2)
     for _ in range(2):
         next(it)
-    fresh = make()
+    fresh = make_ds()
     fresh.load_state_dict(ds.state_dict())
     rest = list(fresh._iter_worker(1, 2))
     assert len(rest) == len(full) - 2
@@ -325,7 +699,7 @@ def test_stateful_dataloader_resume_repeats_the_same_augmentations():
         assert torch.equal(b1, b2) and torch.equal(d1, d2)
 
 
-# -- v2: elastic resume ------------------------------------------------------------------
+# -- elastic resume ------------------------------------------------------------------------
 
 @st.composite
 def elastic_configs(draw):
@@ -347,7 +721,7 @@ def world_streams(config, world, workers, state=None):
     return out
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(elastic_configs())
 def test_a_checkpoint_from_any_rank_resumes_on_any_world_size_exactly_once(config):
     w1, w2 = config["world"], config["world2"]
@@ -356,7 +730,7 @@ def test_a_checkpoint_from_any_rank_resumes_on_any_world_size_exactly_once(confi
     saved = [make(config, r) for r in range(w1)]
     for ds in saved:
         ds.set_epoch(config["epoch"])
-    states = [ds.checkpoint(k) for ds in saved]
+    states = [ds.checkpoint(k, num_workers=config["workers"]) for ds in saved]
     assert all(st_ == states[0] for st_ in states), "ranks of one world save the same point"
     state = states[config["saver"] % w1]
     after = world_streams(config, w2, config["workers2"], state)
@@ -379,7 +753,7 @@ def test_a_checkpoint_from_any_rank_resumes_on_any_world_size_exactly_once(confi
     assert ids(rank_stream(ds, 1)) == ids(rank_stream(plain, 1))
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(elastic_configs(), st.integers(1, 5), st.floats(0, 1))
 def test_a_resumed_world_can_save_again_and_resume_on_a_third_world_size(config, w3, frac):
     w1, w2 = config["world"], config["world2"]
@@ -387,12 +761,12 @@ def test_a_resumed_world_can_save_again_and_resume_on_a_third_world_size(config,
     k1 = int(config["resume"] * len(before[0]))
     first = make(config, 0)
     first.set_epoch(config["epoch"])
-    state1 = first.checkpoint(k1)
+    state1 = first.checkpoint(k1, num_workers=0)
     middle = world_streams(config, w2, 0, state1)
     k2 = int(frac * len(middle[0]))
     second = make(config, 0, world_size=w2)
     second.load_state_dict(state1)
-    state2 = second.checkpoint(k2)
+    state2 = second.checkpoint(k2, num_workers=0)
     after = world_streams(config, w3, 0, state2)
     assert len({len(items) for items in after}) == 1
     seen = Counter(ids(sum((b[:k1] for b in before), []) + sum((m[:k2] for m in middle), [])
@@ -415,68 +789,6 @@ def test_a_stateful_state_on_another_world_size_is_refused_pointing_to_checkpoin
                                    world_size=world).load_state_dict(state)
 
 
-# -- v2: micro-batches that mix shards ---------------------------------------------------
-
-def effective_shards(batch, shard_of) -> float:
-    """Inverse Simpson index of the shard labels in one micro-batch."""
-    _, counts = np.unique(shard_of[np.asarray(batch)], return_counts=True)
-    p = counts / counts.sum()
-    return float(1.0 / (p ** 2).sum())
-
-
-def rank_effective_shards(window, seed=0, epochs=3) -> list[float]:
-    """Mean effective shards per micro-batch of each of 2 ranks (16 shards × 64, batch 8)."""
-    shards = [range(64 * i, 64 * (i + 1)) for i in range(16)]
-    shard_of = np.repeat(np.arange(16), 64)
-    kwargs = {} if window is None else {"window": window}
-    scores = []
-    for rank in range(2):
-        ds = ShardedIterableDataset.from_shards(shards, batch_size=8, seed=seed, rank=rank,
-                                                world_size=2, **kwargs)
-        per_batch = []
-        for epoch in range(epochs):
-            ds.set_epoch(epoch)
-            per_batch += [effective_shards(b.numpy(), shard_of) for b in rank_stream(ds, 2)]
-        scores.append(float(np.mean(per_batch)))
-    return scores
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_by_default_each_micro_batch_mixes_at_least_two_and_a_half_shards(seed):
-    assert min(rank_effective_shards(None, seed)) >= 2.5
-
-
-def test_a_window_of_one_shard_puts_one_shard_in_each_micro_batch():
-    assert rank_effective_shards(1) == [1.0, 1.0]
-
-
-def test_a_wider_window_mixes_more_shards():
-    assert min(rank_effective_shards(8)) > max(rank_effective_shards(2))
-
-
-def test_a_worker_holds_at_most_one_window_and_reads_each_shard_once():
-    loads = Counter()
-
-    def load(shard):
-        loads[shard.start] += 1
-        return np.arange(shard.start, shard.stop)
-
-    shards = [range(50 * i, 50 * (i + 1)) for i in range(12)]
-    ds = ShardedIterableDataset.from_shards(shards, lengths=[50] * 12, load=load,
-                                            batch_size=10, window=3, seed=4)
-    ds.set_epoch(1)
-    got = ids(ds._iter_worker(0, 1))
-    assert sorted(got) == list(range(600))
-    assert len(ds._cache) <= 3
-    assert set(loads.values()) == {1}
-
-
-def test_a_bad_window_gets_an_error_naming_it():
-    for window in (0, -2, 1.5, True):
-        with pytest.raises(ValueError, match="window"):
-            ShardedIterableDataset.from_shards([range(4)], window=window)
-
-
 def test_the_module_imports_only_torch_numpy_and_the_standard_library():
     import ast
     import sys
@@ -492,14 +804,46 @@ def test_the_module_imports_only_torch_numpy_and_the_standard_library():
     assert roots - set(sys.stdlib_module_names) == {"numpy", "torch"}
 
 
-def test_window_design_reports_the_memory_and_reads_each_window_costs():
-    from talk_helpers.lessons.datasets.exercise import window_design
+# -- notebook 09's machinery ------------------------------------------------------------------
 
-    one, four, every = window_design(1), window_design(4), window_design(16)
-    assert (one["shards_held"], four["shards_held"], every["shards_held"]) == (1, 4, 16)
-    # a rank's 8 shards are read by both of its workers, whatever the window up to 8
-    assert one["loads_per_worker"] == four["loads_per_worker"] == 8
-    assert every["loads_per_worker"] == 16
-    ids_read = sorted(int(i) for epoch in four["batches"][:1] for rank in epoch
-                      for batch in rank for i in batch)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_simulated_loader_yields_what_a_real_dataloader_yields(num_workers):
+    from talk_helpers.lessons.datasets.basics import ModuloShardedIds
+    from talk_helpers.lessons.datasets.exercise import simulated_loader
+
+    for dataset, batch_size in ((ModuloShardedIds(23), 4),
+                                (ShardedIterableDataset(41, batch_size=3, seed=2), None)):
+        real = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers,
+                          timeout=TIMEOUT if num_workers else 0,
+                          multiprocessing_context="fork" if num_workers else None)
+        assert [b.tolist() for b in real] == [
+            b.tolist() for b in simulated_loader(dataset, num_workers, batch_size)]
+
+
+def test_block_design_counts_the_loads_and_the_shards_a_worker_holds():
+    from talk_helpers.lessons.datasets.exercise import block_design
+
+    one, every = block_design(64), block_design(None)
+    # 16 shards, 2 ranks × 2 workers: one-shard blocks read each shard once per rank
+    # (8 per rank); one block of everything is read by every worker (2 × 16 per rank).
+    assert (one["loads_per_rank"], every["loads_per_rank"]) == (8, 32)
+    assert (one["shards_held"], every["shards_held"]) == (1, 16)
+    ids_read = sorted(int(i) for rank in one["batches"][0] for batch in rank for i in batch)
     assert ids_read == list(range(16 * 64))
+
+
+def test_the_graders_of_09_pass_the_solutions_and_not_the_stubs():
+    from talk_helpers.exercises.reference import grade_counts, grade_resume
+    from talk_helpers.notebook.solutions.nb09 import SOLUTIONS
+
+    assert grade_counts(None, None).passed is None and grade_resume(None).passed is None
+    scope = {}
+    exec(SOLUTIONS[1], scope)
+    assert grade_counts(scope["my_dropped"], scope["my_batches"]).ok
+    assert not grade_counts(scope["my_dropped"], scope["my_batches"] - 1).ok
+    job = ShardedIterableDataset(100, batch_size=8, rank=0, world_size=2)
+    job.set_epoch(5)
+    scope = {"job": job}
+    exec(SOLUTIONS[2], scope)
+    assert grade_resume(scope["my_state"]).ok
+    assert not grade_resume(job.checkpoint(0, num_workers=0)).ok

@@ -1,30 +1,29 @@
-"""The steps notebook 09 builds up, from the naive iterable dataset to the finished one.
+"""What notebook 09 runs that is not its lesson: its shards, DataLoaders computed in this
+process, the functions its real ranks run, and the block-size comparison.
 
-Every step fixes one pitfall of notebooks 02–06 and keeps the previous fixes:
-
-1. ``Naive``: every worker of every rank reads every shard (duplicates × workers × ranks);
-2. ``WorkerSplit``: shard ``i`` goes to worker ``i % num_workers`` (ranks still duplicate);
-3. ``RankSplit``: rank captured at construction, shards split over (rank, worker) —
-   exactly once, but the same order every epoch and unequal batches per rank;
-4. ``ShuffleBeforeShard``: one permutation of the samples per epoch, seeded by
-   ``(seed, epoch)``, then split sample by sample — the order changes, batches still differ;
-5. ``AugmentRng``: step 4 plus a generator per (rank, worker, epoch) for augmentation.
-
-Step 6 (equal batches) and step 7 (resume) are :class:`~talk_helpers.reference.sharded_iterable.
-ShardedIterableDataset` itself. Each class keeps its work in ``stream(worker, num_workers)``
-so that :func:`simulated_batches` can show what a DataLoader would yield without workers.
+The steps from the naive dataset to a correct one are defined in 09's own cells; the
+finished class is :class:`~talk_helpers.reference.sharded_iterable.ShardedIterableDataset`.
+A "simulated" loader runs the dataset's own ``__iter__`` once per worker, in this process,
+on a copy of the dataset, with :func:`torch.utils.data.get_worker_info` answering as it
+would in that worker; the batches then come in the order a DataLoader yields them
+(:mod:`talk_helpers.model.dataloader`). No process starts, so every start method gives
+the same answer at once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
+import inspect
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader
+from torch.utils.data._utils import worker as _worker
 
-from talk_helpers.model.dataloader import loader_batches
-from talk_helpers.reference.sharded_iterable import ShardedIterableDataset, resolve_rank_and_world
+from talk_helpers.model.dataloader import loader_batches, round_robin
+from talk_helpers.reference.sharded_iterable import ShardedIterableDataset
 
 SHARD_SIZES = (26, 9, 14, 12)   # 61 samples in four uneven shards (think: files)
 BATCH_SIZE = 5
@@ -37,103 +36,89 @@ def shard_ranges(sizes=SHARD_SIZES) -> list[range]:
     return [range(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
-class Naive(IterableDataset):
-    """Step 1: read every shard, in every worker of every rank."""
-
-    def __init__(self, sizes=SHARD_SIZES, **_):
-        self.shards = shard_ranges(sizes)
-
-    def stream(self, worker: int, num_workers: int):
-        for shard in self.shards:
-            yield from shard
-
-    def __iter__(self):
-        return self.stream(*_worker())
-
-
-class WorkerSplit(Naive):
-    """Step 2: worker ``w`` reads shards ``w, w + num_workers, …``; ranks are ignored."""
-
-    def stream(self, worker, num_workers):
-        for shard in self.shards[worker::num_workers]:
-            yield from shard
+@contextlib.contextmanager
+def as_worker(dataset, worker: int, num_workers: int):
+    """Make ``get_worker_info()`` answer as in DataLoader worker ``worker`` while the
+    block runs (in this process)."""
+    saved = _worker._worker_info
+    _worker._worker_info = _worker.WorkerInfo(id=worker, num_workers=num_workers,
+                                              seed=worker, dataset=dataset)
+    try:
+        yield
+    finally:
+        _worker._worker_info = saved
 
 
-class RankSplit(Naive):
-    """Step 3: rank and world size captured at construction (so workers inherit them);
-    shards split over the ``world_size × num_workers`` (rank, worker) pairs."""
-
-    def __init__(self, sizes=SHARD_SIZES, rank=None, world_size=None, **_):
-        super().__init__(sizes)
-        self.rank, self.world_size = resolve_rank_and_world(rank, world_size)
-
-    def stream(self, worker, num_workers):
-        me = self.rank * num_workers + worker
-        for shard in self.shards[me::self.world_size * num_workers]:
-            yield from shard
-
-
-class ShuffleBeforeShard(RankSplit):
-    """Step 4: the same permutation everywhere, from ``(seed, epoch)``; then sample ``k`` of
-    it goes to (rank, worker) number ``k % (world_size × num_workers)``."""
-
-    def __init__(self, sizes=SHARD_SIZES, rank=None, world_size=None, seed=0, epoch=0, **_):
-        super().__init__(sizes, rank, world_size)
-        self.seed, self.epoch = seed, epoch
-
-    def order(self) -> np.ndarray:
-        gen = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
-        return torch.randperm(sum(len(s) for s in self.shards), generator=gen).numpy()
-
-    def stream(self, worker, num_workers):
-        me = self.rank * num_workers + worker
-        yield from self.order()[me::self.world_size * num_workers].tolist()
+def worker_streams(dataset, num_workers: int = NUM_WORKERS) -> list[list]:
+    """What each worker of a DataLoader over ``dataset`` yields: ``[worker] -> items``.
+    ``num_workers=0`` is the main process: one stream, no worker info."""
+    if num_workers == 0:
+        return [list(copy.deepcopy(dataset))]
+    streams = []
+    for w in range(num_workers):
+        mine = copy.deepcopy(dataset)
+        with as_worker(mine, w, num_workers):
+            streams.append(list(mine))
+    return streams
 
 
-class AugmentRng(ShuffleBeforeShard):
-    """Step 5: samples are ``{"id", "crop"}``; the crop comes from a generator private to
-    (rank, worker, epoch), never from the shuffling generator."""
-
-    def stream(self, worker, num_workers):
-        key = [self.seed, self.epoch, self.rank, worker]
-        rng = torch.Generator().manual_seed(int(np.random.SeedSequence(key).generate_state(1)[0]))
-        for i in super().stream(worker, num_workers):
-            yield {"id": i, "crop": int(torch.randint(0, 100, (1,), generator=rng))}
-
-
-STEPS = {1: Naive, 2: WorkerSplit, 3: RankSplit, 4: ShuffleBeforeShard, 5: AugmentRng}
+def simulated_loader(dataset, num_workers: int = NUM_WORKERS,
+                     batch_size: int | None = BATCH_SIZE) -> list:
+    """What ``DataLoader(dataset, batch_size, num_workers)`` yields, computed here:
+    each worker batches its own stream, the loader takes one batch from each in turn.
+    ``batch_size=None``: the dataset's items pass through (it batches itself)."""
+    streams = worker_streams(dataset, num_workers)
+    if batch_size is None:
+        return round_robin(streams)
+    return [torch.as_tensor(batch) for batch in loader_batches(streams, batch_size)]
 
 
-def _worker() -> tuple[int, int]:
-    info = get_worker_info()
-    return (0, 1) if info is None else (info.id, info.num_workers)
+def make_simulated(rank: int, world_size: int, epoch: int, *, dataset_class, shards,
+                   num_workers: int = NUM_WORKERS, batch_size: int | None = BATCH_SIZE,
+                   **kwargs):
+    """Audit factory: ``dataset_class(shards, ...)`` built for this rank (``rank`` and
+    ``world_size`` are passed when its constructor takes them), ``set_epoch(epoch)`` if
+    it has one, then its simulated loader."""
+    takes = inspect.signature(dataset_class).parameters
+    world = {k: v for k, v in (("rank", rank), ("world_size", world_size)) if k in takes}
+    dataset = dataset_class(shards, **world, **kwargs)
+    if hasattr(dataset, "set_epoch"):
+        dataset.set_epoch(epoch)
+    return simulated_loader(dataset, num_workers, batch_size)
 
 
-def simulated_batches(dataset, num_workers=NUM_WORKERS, batch_size=BATCH_SIZE) -> list:
-    """What ``DataLoader(dataset, batch_size, num_workers)`` yields, computed here
-    (:func:`talk_helpers.model.dataloader.loader_batches`)."""
-    n = max(num_workers, 1)
-    return loader_batches([list(dataset.stream(w, n)) for w in range(n)], batch_size)
+def simulated(dataset_class, shards=None, **kwargs):
+    """``make_simulated`` with its class and shards fixed: what ``audit`` calls."""
+    return functools.partial(make_simulated, dataset_class=dataset_class,
+                             shards=shard_ranges() if shards is None else shards, **kwargs)
 
 
-def make_step_loader(rank: int, world_size: int, epoch: int, *, step: int, seed: int = 0,
-                     sizes=SHARD_SIZES, num_workers=NUM_WORKERS, batch_size=BATCH_SIZE):
-    """Audit factory for steps 1–5, simulated in this process (no worker started)."""
-    dataset = STEPS[step](sizes, rank=rank, world_size=world_size, seed=seed, epoch=epoch)
-    return simulated_batches(dataset, num_workers, batch_size)
-
-
-def step_loader(step: int, **kwargs):
-    """``make_step_loader`` with its step fixed: what ``audit`` expects."""
-    return functools.partial(make_step_loader, step=step, **kwargs)
+def augmentation_draws(dataset_class, shards=None, *, world_size: int = 2,
+                       num_workers: int = NUM_WORKERS, epochs: int = 2, **kwargs) -> dict:
+    """Every sample's draw in every (rank, worker, epoch), for ``check_random_draws``:
+    columns ``rank, worker, epoch, id, crop`` (the dataset yields ``{"id", "crop"}``)."""
+    shards = shard_ranges() if shards is None else shards
+    columns = {name: [] for name in ("rank", "worker", "epoch", "id", "crop")}
+    for rank in range(world_size):
+        for epoch in range(epochs):
+            dataset = dataset_class(shards, rank=rank, world_size=world_size, **kwargs)
+            dataset.set_epoch(epoch)
+            for worker, stream in enumerate(worker_streams(dataset, num_workers)):
+                for sample in stream:
+                    for name, value in (("rank", rank), ("worker", worker), ("epoch", epoch),
+                                        ("id", sample["id"]), ("crop", sample["crop"])):
+                        columns[name].append(value)
+    return columns
 
 
 def make_final_dataset(*, seed: int = 0, sizes=SHARD_SIZES, batch_size=BATCH_SIZE,
-                       policy: str = "drop", rank=None, world_size=None) -> ShardedIterableDataset:
-    """Step 6: the finished dataset over the same uneven shards (rank from the world)."""
+                       policy: str = "drop", rank=None, world_size=None,
+                       **kwargs) -> ShardedIterableDataset:
+    """The finished dataset over the same uneven shards (rank from the world unless
+    given); ``kwargs`` go to :meth:`ShardedIterableDataset.from_shards`."""
     return ShardedIterableDataset.from_shards(shard_ranges(sizes), batch_size=batch_size,
                                               seed=seed, policy=policy, rank=rank,
-                                              world_size=world_size)
+                                              world_size=world_size, **kwargs)
 
 
 def make_final_loader(rank: int, world_size: int, epoch: int, *, simulate: bool = False,
@@ -146,10 +131,7 @@ def make_final_loader(rank: int, world_size: int, epoch: int, *, simulate: bool 
         ds = make_final_dataset(**kwargs)   # rank and world size from the process group
     ds.set_epoch(epoch)
     if simulate:
-        n = max(num_workers, 1)
-        streams = [list(ds._iter_worker(w, n)) for w in range(n)]
-        return [s[j] for j in range(max(map(len, streams), default=0))
-                for s in streams if j < len(s)]
+        return simulated_loader(ds, num_workers, batch_size=None)
     return DataLoader(ds, batch_size=None, num_workers=num_workers)
 
 
@@ -174,8 +156,9 @@ def resume_run(rank: int, world_size: int, *, epoch: int, stop_after, state=None
     return {"ids": batches, "state": loader.state_dict()}
 
 
-class _CountingLoad:
-    """``load(shard)`` for :meth:`ShardedIterableDataset.from_shards` that counts its calls."""
+class CountingLoad:
+    """``load(shard)`` for :meth:`ShardedIterableDataset.from_shards` over ranges, that
+    counts its calls (one instance per worker, as each worker has its own copy)."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -185,34 +168,38 @@ class _CountingLoad:
         return np.arange(shard.start, shard.stop)
 
 
-def window_design(window: int, *, n_shards: int = 16, shard_size: int = 64,
-                  batch_size: int = 8, world_size: int = 2, num_workers: int = 2,
-                  epochs: int = 2, seed: int = 0) -> dict:
-    """What each rank's DataLoader would yield with ``from_shards(..., window=window)``,
+def block_design(block_size: int | None, *, n_shards: int = 16, shard_size: int = 64,
+                 batch_size: int = 8, world_size: int = 2, num_workers: int = NUM_WORKERS,
+                 epochs: int = 2, seed: int = 0) -> dict:
+    """What each rank's DataLoader would yield with ``from_shards(..., block_size=...)``,
     computed in this process: ``batches[epoch][rank]`` (lists of id arrays), the shard of
-    each id, and the cost: shard loads per worker per epoch, shards a worker holds."""
+    each id, and the cost: shard loads per rank per epoch (mean) and the most shards one
+    worker held at once."""
     shards = [range(shard_size * i, shard_size * (i + 1)) for i in range(n_shards)]
     batches, loads, held = [], [], 0
     for epoch in range(epochs):
         batches.append([])
         for rank in range(world_size):
             ds = ShardedIterableDataset.from_shards(
-                shards, lengths=[shard_size] * n_shards, load=None, batch_size=batch_size,
-                seed=seed, rank=rank, world_size=world_size, window=window)
+                shards, lengths=[shard_size] * n_shards, load=np.load, block_size=block_size,
+                batch_size=batch_size, seed=seed, rank=rank, world_size=world_size)
             ds.set_epoch(epoch)
-            streams = []
+            streams, rank_loads = [], 0
             for worker in range(num_workers):
-                counter = _CountingLoad()
-                for shard in ds._shards:
-                    shard.load = counter
-                streams.append([b.numpy() for b in ds._iter_worker(worker, num_workers)])
-                loads.append(counter.calls)
-                held = max(held, len(ds._cache))
-                ds._cache.clear()
-            batches[-1].append([s[j] for j in range(max(map(len, streams)))
-                                for s in streams if j < len(s)])
+                mine = copy.deepcopy(ds)
+                counter = CountingLoad()
+                mine._load = counter   # counts this worker's loads
+                stream = []
+                with as_worker(mine, worker, num_workers):
+                    for batch in mine:
+                        stream.append(batch.numpy())
+                        held = max(held, len(mine._cache))
+                streams.append(stream)
+                rank_loads += counter.calls
+            loads.append(rank_loads)
+            batches[-1].append(round_robin(streams))
     return {"batches": batches, "shard_of": np.repeat(np.arange(n_shards), shard_size),
-            "loads_per_worker": float(np.mean(loads)), "shards_held": held}
+            "loads_per_rank": float(np.mean(loads)), "shards_held": held}
 
 
 def elastic_run(rank: int, world_size: int, *, epoch: int, stop_after: int | None = None,
@@ -234,7 +221,7 @@ def elastic_run(rank: int, world_size: int, *, epoch: int, stop_after: int | Non
         batches.append(batch.tolist())
     out = {"ids": batches, "rank": rank, "world_size": world_size}
     if checkpoint is None:
-        out["checkpoint"] = ds.checkpoint(len(batches))
+        out["checkpoint"] = ds.checkpoint(len(batches), num_workers=num_workers)
     else:
         ds.set_epoch(epoch + 1)
         out["next_epoch_batches"] = len(ds)
