@@ -108,22 +108,43 @@ class WorkerPids(IterableDataset):
         yield os.getpid()
 
 
-def pid_loader(rank, world_size, epoch):
-    return DataLoader(WorkerPids(), batch_size=None, num_workers=2, persistent_workers=True)
+def pid_loader(rank, world_size, epoch, persistent=True):
+    return DataLoader(WorkerPids(), batch_size=None, num_workers=2,
+                      persistent_workers=persistent)
 
 
 def worker_pids(rank, world_size, make_loader):
     return sorted(epoch_batches(make_loader, rank, world_size))
 
 
-def test_a_warm_rank_keeps_a_persistent_loaders_workers_for_the_next_call():
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_warm_rank_keeps_a_loaders_workers_for_the_next_call(persistent):
     from talk_helpers.runtime.world import shutdown_warm_worlds
 
+    make = partial(pid_loader, persistent=persistent)
     try:
-        first = run_world(worker_pids, 2, args=(pid_loader,), reuse=True, **WORLD)
-        second = run_world(worker_pids, 2, args=(pid_loader,), reuse=True, **WORLD)
+        first = run_world(worker_pids, 2, args=(make,), reuse=True, **WORLD)
+        second = run_world(worker_pids, 2, args=(make,), reuse=True, **WORLD)
     finally:
         shutdown_warm_worlds()
     assert first.ok and second.ok, (first, second)
     assert first.results == second.results
     assert all(len(pids) == 2 for pids in first.results)
+
+
+@pytest.mark.parametrize("options", [dict(batch_size=3, drop_last=True), dict(batch_size=None),
+                                     dict(batch_size=4)])
+def test_the_persistent_twin_of_a_loader_yields_the_same_batches(options):
+    from torch.utils.data import TensorDataset
+
+    from talk_helpers.lessons.training import with_persistent_workers
+
+    class Ids(IterableDataset):
+        def __iter__(self):
+            yield from range(10)
+
+    for dataset in (TensorDataset(torch.arange(10)), Ids()):
+        loader = DataLoader(dataset, num_workers=1, multiprocessing_context="fork", **options)
+        twin = with_persistent_workers(loader)
+        assert twin.persistent_workers and twin.dataset is loader.dataset
+        assert [str(b) for b in twin] == [str(b) for b in loader]

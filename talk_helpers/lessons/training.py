@@ -23,12 +23,12 @@ import torch
 import torch._dynamo  # noqa: F401 - DDP imports it when it wraps a model (a second or more
 import torch.distributed as dist  # under spawn): here it happens before the ranks synchronise
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 STARTUP_TIMEOUT_S = 300
 
 __all__ = ["STARTUP_TIMEOUT_S", "epoch_batches", "gradient_alone", "tiny_ddp_model",
-           "train_step"]
+           "train_step", "with_persistent_workers"]
 
 
 def epoch_batches(make_loader, rank: int, world_size: int, epoch: int = 0):
@@ -38,22 +38,42 @@ def epoch_batches(make_loader, rank: int, world_size: int, epoch: int = 0):
     in a barrier with a generous timeout of its own: starting workers under spawn on a busy
     machine must not be mistaken for the hang that a short collective timeout is there for.
 
-    In a warm world (:mod:`talk_helpers.runtime.warm`) a DataLoader with persistent workers
-    is kept for the next call with the same factory and arguments, workers and all, as a
+    In a warm world (:mod:`talk_helpers.runtime.warm`) a DataLoader with workers is kept,
+    with persistent workers, for the next call with the same factory and arguments, as a
     job keeps its loader between epochs: the batches are a new loader's, without starting
     the workers again in every cell. An edited ``%%importable`` cell is a new module, so
     its factory is a new one.
     """
     loader = make_loader(rank, world_size, epoch)
-    if isinstance(loader, DataLoader) and loader.persistent_workers:
+    if isinstance(loader, DataLoader) and loader.num_workers > 0:
         from talk_helpers.runtime import warm  # a worker unpickling a dataset never needs it
 
         key = pickle.dumps((make_loader, rank, world_size, epoch))
-        loader = warm.kept_loader(key, lambda: loader)
+        made = loader
+        loader = warm.kept_loader(key, lambda: with_persistent_workers(made))
     batches = iter(loader)
     first = next(batches, None)
     dist.monitored_barrier(timeout=timedelta(seconds=STARTUP_TIMEOUT_S))
     return batches if first is None else itertools.chain([first], batches)
+
+
+def with_persistent_workers(loader: DataLoader) -> DataLoader:
+    """The same loader (dataset, batching, workers, collate function, start method) with
+    ``persistent_workers=True``; a loader that has them, or no workers, as it is."""
+    if loader.persistent_workers or loader.num_workers == 0:
+        return loader
+    options = dict(num_workers=loader.num_workers, collate_fn=loader.collate_fn,
+                   pin_memory=loader.pin_memory, timeout=loader.timeout,
+                   worker_init_fn=loader.worker_init_fn,
+                   multiprocessing_context=loader.multiprocessing_context,
+                   generator=loader.generator, prefetch_factor=loader.prefetch_factor,
+                   persistent_workers=True, in_order=loader.in_order)
+    if isinstance(loader.dataset, IterableDataset):
+        return DataLoader(loader.dataset, batch_size=loader.batch_size,
+                          drop_last=loader.drop_last, **options)
+    if loader.batch_sampler is None:
+        return DataLoader(loader.dataset, batch_size=None, sampler=loader.sampler, **options)
+    return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, **options)
 
 
 def tiny_ddp_model() -> tuple[DistributedDataParallel, torch.optim.Optimizer]:
