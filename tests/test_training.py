@@ -148,3 +148,8 @@ def test_the_persistent_twin_of_a_loader_yields_the_same_batches(options):
         twin = with_persistent_workers(loader)
         assert twin.persistent_workers and twin.dataset is loader.dataset
         assert [str(b) for b in twin] == [str(b) for b in loader]
+
+
+def test_a_loader_factory_that_is_not_callable_is_refused_by_name():
+    with pytest.raises(TypeError, match="make_loader must be callable"):
+        epoch_batches([1, 2], 0, 1)

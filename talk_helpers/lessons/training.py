@@ -44,6 +44,9 @@ def epoch_batches(make_loader, rank: int, world_size: int, epoch: int = 0):
     the workers again in every cell. An edited ``%%importable`` cell is a new module, so
     its factory is a new one.
     """
+    if not callable(make_loader):
+        raise TypeError("make_loader must be callable as make_loader(rank, world_size, epoch), "
+                        f"got {make_loader!r}")
     loader = make_loader(rank, world_size, epoch)
     if isinstance(loader, DataLoader) and loader.num_workers > 0:
         from talk_helpers.runtime import warm  # a worker unpickling a dataset never needs it
