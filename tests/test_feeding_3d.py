@@ -1,13 +1,17 @@
 """Feeding a TP × DP × PP world of 8 real gloo ranks, nanotron style and Megatron style."""
 
+import time
+
 import pytest
+from torch.utils.data import DistributedSampler
 
 from talk_helpers.lessons.feeding_3d import (
     FeedConfig,
-    build_dataset_rank,
     check_feeding,
     feed_rank,
     feeding_table,
+    megatron_builder,
+    reads_data,
     results_of,
     write_corpus,
 )
@@ -16,12 +20,28 @@ from talk_helpers.runtime.world import run_ranks
 pytestmark = pytest.mark.distributed
 
 
+def world_sampler(dataset, dp_rank, dp_size):
+    """DistributedSampler's defaults: the whole world, the global rank."""
+    return DistributedSampler(dataset, shuffle=False, drop_last=True)
+
+
+def build_readers_only(rank, world_size, cfg):
+    if not reads_data(rank, world_size, cfg):
+        time.sleep(2)
+        return "skipped the builder"
+    return megatron_builder(rank, world_size, cfg)
+
+
+def build_every_rank(rank, world_size, cfg):
+    return megatron_builder(rank, world_size, cfg)
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     prefix = write_corpus(tmp_path_factory.mktemp("corpus"))
     tasks = (("nanotron", FeedConfig(prefix)),
              ("megatron", FeedConfig(prefix)),
-             ("nanotron", FeedConfig(prefix, sampler_group="world")),
+             ("nanotron", FeedConfig(prefix, make_sampler=world_sampler)),
              ("nanotron", FeedConfig(prefix, tp=2, dp=1, pp=4)),
              ("megatron", FeedConfig(prefix, tp=2, dp=1, pp=4)),
              ("megatron", FeedConfig(prefix, consumed_samples=8, steps=2)))
@@ -78,20 +98,17 @@ def test_a_resumed_megatron_world_continues_where_the_full_one_was(world):
 
 def test_the_dataset_builder_hangs_unless_every_rank_enters_it(tmp_path):
     cfg = FeedConfig(write_corpus(tmp_path))
-    skipped = run_ranks(build_dataset_rank, 8, args=(cfg, "readers only", 1.0, 2.0),
-                        timeout_s=60, start_method="fork")
-    assert skipped == ["timed out in the builder's barrier after 1 s", "skipped the builder"] * 4
-    everyone = run_ranks(build_dataset_rank, 8, args=(cfg, "every rank"), timeout_s=60,
-                         start_method="fork")
+    skipped = run_ranks(build_readers_only, 8, args=(cfg,), timeout_s=60,
+                        collective_timeout_s=1, start_method="fork")
+    assert skipped == ["timed out in the builder's barrier", "skipped the builder"] * 4
+    everyone = run_ranks(build_every_rank, 8, args=(cfg,), timeout_s=60,
+                         collective_timeout_s=1, start_method="fork")
     assert everyone == ["built the dataset", "barrier only"] * 4
 
 
-def test_the_builder_rejects_bad_arguments_by_name(tmp_path):
-    cfg = FeedConfig(write_corpus(tmp_path))
-    with pytest.raises(ValueError, match="callers must be one of"):
-        build_dataset_rank(0, 8, cfg, callers="tp0")
-    with pytest.raises(ValueError, match="barrier_timeout_s must be"):
-        build_dataset_rank(0, 8, cfg, barrier_timeout_s=0)
+def test_megatron_reads_on_tp_rank_zero_of_the_first_and_last_stages(tmp_path):
+    cfg = FeedConfig("unused", tp=2, dp=1, pp=4)
+    assert [r for r in range(8) if reads_data(r, 8, cfg)] == [0, 6]
 
 
 def test_the_mystery_loader_leaves_half_the_samples_unread():

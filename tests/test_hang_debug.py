@@ -60,3 +60,54 @@ def test_stack_frames_of_a_dump_without_the_caller_are_empty():
 def test_stack_frames_read_through_colour_codes():
     coloured = DUMP.replace("all_reduce", "\x1b[32mall_reduce\x1b[0m")
     assert hang_debug.stack_frames(coloured) == hang_debug.stack_frames(DUMP)
+
+
+@pytest.mark.distributed
+def test_monitored_barrier_names_every_missing_rank_only_when_asked():
+    first = run_world(hang_debug.with_monitored_barrier, 3, args=(2.5, 1.0),
+                      timeout_s=120, collective_timeout_s=10, start_method="fork")
+    every = run_world(hang_debug.with_monitored_barrier, 3, args=(2.5, 1.0, True),
+                      timeout_s=120, collective_timeout_s=10, start_method="fork")
+    assert first.ok and every.ok, (first, every)
+    assert first.results[0] == "[Rank 0]: Rank 1 failed to pass monitoredBarrier in 1000 ms"
+    assert every.results[0] == "[Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 1000 ms"
+
+
+@pytest.mark.distributed
+def test_flight_recorder_shows_the_waiting_rank_one_collective_ahead():
+    report = run_world(hang_debug.with_flight_recorder, 2, args=(2.5, 1.0),
+                       timeout_s=120, collective_timeout_s=10, start_method="fork")
+    assert report.ok, report
+    assert report.results == [["#1 gloo:all_reduce", "#2 gloo:all_reduce", "#3 gloo:all_reduce"],
+                              ["#1 gloo:all_reduce", "#2 gloo:all_reduce"]]
+
+
+FLIGHT_RECORDER_SIZE = """
+import os, pickle, torch, torch.distributed as dist
+from torch._C._distributed_c10d import _dump_fr_trace
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=0, world_size=1)
+for _ in range(2100):
+    dist.all_reduce(torch.ones(1))
+print(len(pickle.loads(_dump_fr_trace()).get("entries", [])))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("size, kept", [(None, 2000), ("10", 10), ("0", 0)])
+def test_the_flight_recorder_is_on_by_default_with_2000_entries_and_resizable(size, kept):
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")}
+    if size is not None:
+        env["TORCH_FR_BUFFER_SIZE"] = size
+    run = subprocess.run([sys.executable, "-c", FLIGHT_RECORDER_SIZE.format(port=port)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout.split()[-1]) == kept

@@ -267,3 +267,48 @@ def test_the_reference_row_reads_the_memmap_not_a_copy(tokens_path):
     dataset = lb.make_loader("reference", tokens_path, batch_size=8).dataset
     assert dataset.num_samples == N and dataset._shards[0].source is None
     assert dataset.transform.path == str(tokens_path)
+
+
+def test_a_data_timer_that_misses_the_wait_for_batches_fails_and_one_that_sees_it_passes():
+    missed = lb.check_data_time("recipe", [0.001] * 10, loop_s=1.0, step_s=[0.02] * 10)
+    seen = lb.check_data_time("next()", [0.075] * 10, loop_s=1.0, step_s=[0.02] * 10)
+    assert not missed.ok and repr(missed).startswith("✘ recipe")
+    assert seen.ok and repr(seen).startswith("✔ next()")
+
+
+@pytest.mark.parametrize("loop_s", [0.0, -1.0, 0.1])
+def test_a_loop_shorter_than_its_steps_is_refused_naming_loop_s(loop_s):
+    with pytest.raises(ValueError, match="loop_s"):
+        lb.check_data_time("t", [0.01], loop_s=loop_s, step_s=[0.1, 0.1])
+
+
+def test_epoch_samples_are_counted_against_the_share():
+    batches = [{"id": torch.arange(4)}] * 3
+    assert lb.check_epoch_samples(batches, 12).ok
+    over = lb.check_epoch_samples(batches, 3)
+    assert not over.ok and "4× its share of 3" in repr(over)
+    with pytest.raises(ValueError, match="share"):
+        lb.check_epoch_samples(batches, 0)
+
+
+def test_cpu_per_sample_also_takes_a_loader_factory(tokens_path):
+    assert lb.cpu_per_sample(lambda: lb.make_loader("batched", tokens_path, batch_size=50),
+                             repeats=1) > 0
+    with pytest.raises(TypeError, match="path and batch_size"):
+        lb.cpu_per_sample("batched")
+
+
+def test_with_epoch_after_batched_counts_batches_in_every_worker(tokens_path, tmp_path):
+    """The course module's pattern yields workers × batch size × its count; on the loader,
+    with_epoch counts the loader's batches."""
+    import webdataset as wds
+    from torch.utils.data import DataLoader
+
+    shards = lb.write_wds_shards(tokens_path, tmp_path / "wds", n_shards=2)
+    batched = lb.wds_dataset(shards, 4)
+    per_worker = DataLoader(lb.wds_dataset(shards, 4).with_epoch(6), batch_size=None,
+                            num_workers=2, multiprocessing_context="fork")
+    assert lb.check_epoch_samples(per_worker, 48).ok
+    on_loader = wds.WebLoader(batched, batch_size=None, num_workers=2,
+                              multiprocessing_context="fork").with_epoch(12)
+    assert lb.check_epoch_samples(on_loader, 48).ok

@@ -318,3 +318,31 @@ def test_nanotrons_skip_batch_sampler_skips_samples_not_batches(shuffle, dp_afte
     read = [i for ids in before + after for i in ids]
     assert sorted(read) == list(range(total))     # each sample once, even with a new dp
     assert len(after[0]) == total // dp_after - consumed // dp_after
+
+
+def test_a_resume_with_another_seq_len_trains_tokens_twice_and_skips_others(tmp_path):
+    from talk_helpers.checks import check_exactly_once
+    from talk_helpers.lessons.feeding_3d import write_corpus
+    from talk_helpers.lessons.megatron_data import label_tokens
+
+    prefix = write_corpus(tmp_path)
+    kw = dict(micro_batch_size=2, dp=2, micro_batches_per_step=2)
+    samples = GPTSamples(prefix, seq_len=8, seed=1234)
+    epoch = label_tokens(samples, sampler_steps(MegatronPretrainingSampler,
+                                                total_samples=len(samples),
+                                                consumed_samples=0, steps=len(samples) // 8,
+                                                **kw))
+
+    def resumed(seq_len):
+        again = GPTSamples(prefix, seq_len=seq_len, seed=1234)
+        before = sampler_steps(MegatronPretrainingSampler, total_samples=len(samples),
+                               consumed_samples=0, steps=3, **kw)
+        after = sampler_steps(MegatronPretrainingSampler, total_samples=len(again),
+                              consumed_samples=24, steps=(len(again) - 24) // 8, **kw)
+        return label_tokens(samples, before) + label_tokens(again, after)
+
+    expected = np.concatenate(epoch)
+    assert len(np.unique(expected)) == len(expected)
+    assert check_exactly_once(resumed(8), expected).ok
+    other = check_exactly_once(resumed(12), expected)
+    assert other.duplicated_count > 0 and other.missing_count > 0

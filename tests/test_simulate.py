@@ -10,9 +10,9 @@ from torch.utils.data import DataLoader
 from talk_helpers.lessons.datasets.ddp import ShardedIds
 from talk_helpers.model.simulate import (
     POLICIES,
+    equal_shards_rule,
     ranks_named,
-    seed000_rule,
-    seed001_rule,
+    shard_count_rule,
     shard_sizes_for,
     simulate,
     worker_streams,
@@ -103,15 +103,15 @@ def test_placement_names_shard_rank_worker_and_batch_of_each_sample():
     assert table["batch"].tolist() == [0, 1, 0, 1]
 
 
-def test_seed000_worked_example_breaks_its_own_rule():
-    rule = seed000_rule(1024 * 100, 1024, nodes=4, workers=5, micro_batch_size=32)
+def test_the_hang_notes_worked_example_breaks_its_own_rule():
+    rule = shard_count_rule(1024 * 100, 1024, nodes=4, workers=5, micro_batch_size=32)
     assert rule.shards_per_worker == pytest.approx(51.2)
     assert not rule.holds
 
 
-def test_seed001_rule_equal_shards_divisible_by_nodes_times_workers():
-    assert seed001_rule([8] * 12, nodes=2, workers=3)
-    assert not seed001_rule([8] * 10, nodes=2, workers=3)
+def test_equal_shards_rule_needs_equal_shards_divisible_by_nodes_times_workers():
+    assert equal_shards_rule([8] * 12, nodes=2, workers=3)
+    assert not equal_shards_rule([8] * 10, nodes=2, workers=3)
     sim = simulate([8] * 12, nodes=2, workers=3, micro_batch_size=5)
     assert sim.ok
 
@@ -201,11 +201,11 @@ def test_hf_policy_is_round_robin_when_shards_divide_by_world_size():
         [[b.tolist() for b in r] for r in rr.batches]
 
 
-def test_seed000_rule_with_drop_last_keeps_only_shards_per_worker_below_micro_batch():
+def test_shard_count_rule_with_drop_last_keeps_only_shards_per_worker_below_micro_batch():
     # remainder 3 is not < 2 shards per worker: broken without drop_last, fine with it
-    assert not seed000_rule(35, 8, nodes=2, workers=2, micro_batch_size=4).holds
-    assert seed000_rule(35, 8, nodes=2, workers=2, micro_batch_size=4, drop_last=True).holds
-    assert not seed000_rule(35, 8, nodes=1, workers=1, micro_batch_size=4,
+    assert not shard_count_rule(35, 8, nodes=2, workers=2, micro_batch_size=4).holds
+    assert shard_count_rule(35, 8, nodes=2, workers=2, micro_batch_size=4, drop_last=True).holds
+    assert not shard_count_rule(35, 8, nodes=1, workers=1, micro_batch_size=4,
                             drop_last=True).holds
 
 

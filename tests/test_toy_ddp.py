@@ -8,9 +8,7 @@ from talk_helpers.lessons.datasets.ddp import (
     RankCapturedAtBuild,
     ShardedIds,
     WorkerShardedOnly,
-    make_fixed_count_loader,
     make_sampler_loader,
-    make_sharded_loader,
 )
 
 
@@ -54,12 +52,3 @@ def test_distributed_sampler_pads_with_the_first_indices_unless_drop_last():
                       for x in b)
     assert everything() == [0, 0, 1, 2, 3, 4]
     assert everything(drop_last=True) == [0, 1, 2, 3]
-
-
-@pytest.mark.parametrize("repeat, steps", [(2, 5), (None, 6)])
-def test_fixed_count_passes_read_what_new_loaders_would(repeat, steps):
-    kwargs = dict(shard_sizes=[5, 3, 3, 3], workers=2, batch_size=4)
-    passes = 3 if repeat is None else repeat
-    fresh = [b.tolist() for _ in range(passes) for b in make_sharded_loader(1, 2, 0, **kwargs)]
-    batches = make_fixed_count_loader(1, 2, 0, steps=steps, repeat=repeat, **kwargs)
-    assert [b.tolist() for b in batches] == fresh[:steps]

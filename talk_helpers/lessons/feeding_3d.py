@@ -1,7 +1,8 @@
 """What each rank of a TP × DP × PP world does to get its micro-batches, two ways.
 
 - :func:`nanotron_rank`: on the first and last pipeline stages every TP rank runs its own
-  DataLoader with a DistributedSampler over the DP group; middle stages iterate an
+  DataLoader with a DistributedSampler over the DP group (or the sampler a notebook cell
+  builds, ``FeedConfig.make_sampler``); middle stages iterate an
   :class:`~talk_helpers.lessons.megatron_data.EmptyInfiniteDataset` of the same length and get
   TensorPointers. No communication: TP ranks agree because they read the same indices.
 - :func:`megatron_rank`: only TP rank 0 of the first and last stages builds a loader (a
@@ -10,16 +11,18 @@
 
 Both run inside the ranks of ``talk_helpers.runtime.world.run_ranks`` and return plain data
 (what the rank saw, bytes read from the .bin file, bytes broadcast); :func:`check_feeding`
-turns the results of a whole world into one report.
+turns the results of a whole world into one report. :func:`megatron_builder` is Megatron's
+dataset builder as one rank runs it, and :func:`reads_data` says which ranks read.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["FeedConfig", "FeedReport", "build_dataset_rank", "check_feeding", "feed_rank",
-           "feeding_table", "make_mystery_dp_loader", "megatron_rank", "nanotron_rank",
-           "results_of", "write_corpus"]
+__all__ = ["FeedConfig", "FeedReport", "check_feeding", "feed_rank", "feeding_table",
+           "make_mystery_dp_loader", "megatron_builder", "megatron_rank", "nanotron_rank",
+           "reads_data", "results_of", "write_corpus"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,9 @@ class FeedConfig:
     steps: int = 3
     seed: int = 1234
     consumed_samples: int = 0
-    sampler_group: str = "dp"   # nanotron: "dp" (right) or "world" (DistributedSampler defaults)
+    # nanotron's sampler: None builds it over the DP group, as nanotron does; or a
+    # picklable make_sampler(dataset, dp_rank, dp_size) -> sampler (a notebook cell's)
+    make_sampler: Callable | None = None
 
     @property
     def global_batch_size(self) -> int:
@@ -93,14 +98,11 @@ def nanotron_rank(rank: int, world_size: int, cfg: FeedConfig) -> dict:
     samples = GPTSamples(cfg.prefix, cfg.seq_len, seed=cfg.seed)
     data_stage = groups.is_first_stage or groups.is_last_stage
     dataset = samples if data_stage else EmptyInfiniteDataset(len(samples))
-    if cfg.sampler_group == "dp":
-        replicas, sampler_rank = cfg.dp, c.dp_rank
-    elif cfg.sampler_group == "world":      # what DistributedSampler() picks without arguments
-        replicas, sampler_rank = world_size, rank
+    if cfg.make_sampler is None:
+        sampler = DistributedSampler(dataset, num_replicas=cfg.dp, rank=c.dp_rank,
+                                     shuffle=False, drop_last=True)
     else:
-        raise ValueError(f"sampler_group must be 'dp' or 'world', got {cfg.sampler_group!r}")
-    sampler = DistributedSampler(dataset, num_replicas=replicas, rank=sampler_rank,
-                                 shuffle=False, drop_last=True)
+        sampler = cfg.make_sampler(dataset, c.dp_rank, cfg.dp)
     collate = partial(collate_clm, pp_rank=c.pp_rank, input_pp_rank=0,
                       output_pp_rank=cfg.pp - 1)
     loader = DataLoader(dataset, batch_size=cfg.micro_batch_size, sampler=sampler,
@@ -190,48 +192,34 @@ def make_mystery_dp_loader(rank: int, world_size: int, epoch: int, *, size: int 
     return DataLoader(range(size), batch_size=micro_batch_size, sampler=sampler)
 
 
-BUILD_CALLERS = ("every rank", "readers only")
+def reads_data(rank: int, world_size: int, cfg: FeedConfig) -> bool:
+    """Whether ``rank`` reads data in Megatron-LM: TP rank 0 of the first or last stage."""
+    from talk_helpers.model.parallel_groups import layout
+
+    c = layout(world_size, cfg.tp, cfg.dp, cfg.pp).coords(rank)
+    return c.tp_rank == 0 and c.pp_rank in (0, cfg.pp - 1)
 
 
-def build_dataset_rank(rank: int, world_size: int, cfg: FeedConfig, callers: str = "every rank",
-                       barrier_timeout_s: float = 1.0, other_work_s: float = 2.0) -> str:
-    """Megatron's dataset builder as one rank sees it (``build_generic_dataset``).
+def megatron_builder(rank: int, world_size: int, cfg: FeedConfig) -> str:
+    """Megatron's dataset builder as one rank runs it (``build_generic_dataset``).
 
     Rank 0 builds first, then a barrier over the whole world, then the other reading ranks
-    build. A rank that builds nothing still takes the barrier. With
-    ``callers="readers only"`` the other ranks skip the call and spend ``other_work_s`` on
-    work without collectives (building the model). The barrier runs on a group of the whole
-    world with its own ``barrier_timeout_s``, so a rank that times out reports it and the
-    world's default group stays usable.
+    build; a rank that reads nothing takes the barrier and returns. A rank whose barrier
+    times out (the world's collective timeout) says so instead of raising.
     """
-    import time
-    from datetime import timedelta
-
     import torch.distributed as dist
 
     from talk_helpers.lessons.megatron_data import GPTSamples
-    from talk_helpers.model.parallel_groups import layout
     from talk_helpers.runtime.in_rank import report_progress
 
-    if callers not in BUILD_CALLERS:
-        raise ValueError(f"callers must be one of {BUILD_CALLERS}, got {callers!r}")
-    for name, value in (("barrier_timeout_s", barrier_timeout_s), ("other_work_s", other_work_s)):
-        if not value > 0:
-            raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
-    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=barrier_timeout_s))
-    c = layout(world_size, cfg.tp, cfg.dp, cfg.pp).coords(rank)
-    reader = c.tp_rank == 0 and c.pp_rank in (0, cfg.pp - 1)
-    if callers == "readers only" and not reader:
-        report_progress("skipped the builder")
-        time.sleep(other_work_s)
-        return "skipped the builder"
+    reader = reads_data(rank, world_size, cfg)
     report_progress("in the builder's barrier")
     if rank == 0 and reader:
         GPTSamples(cfg.prefix, cfg.seq_len, seed=cfg.seed)
     try:
-        dist.barrier(group=group)
+        dist.barrier()
     except RuntimeError:
-        return f"timed out in the builder's barrier after {barrier_timeout_s:g} s"
+        return "timed out in the builder's barrier"
     if rank != 0 and reader:
         GPTSamples(cfg.prefix, cfg.seq_len, seed=cfg.seed)
     report_progress("past the barrier")

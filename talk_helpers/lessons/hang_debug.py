@@ -8,11 +8,15 @@ job would print:
 - :func:`plain_timeout`: gloo's own timeout message, nothing more.
 - :func:`with_debug_detail`: the same hang with ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, which
   wraps a process group so that every collective is first checked across ranks.
-- :func:`with_monitored_barrier`: ``dist.monitored_barrier`` names the rank that never came.
+- :func:`with_monitored_barrier`: ``dist.monitored_barrier`` names the first rank that
+  never came (every such rank with ``wait_all_ranks=True``).
 - :func:`with_py_spy`: rank 1 runs ``py-spy dump`` on rank 0 while it waits.
+- :func:`with_flight_recorder`: after the timeout every rank reads its own flight recorder,
+  the ring buffer of recent collectives that torch keeps in every process.
 """
 
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -23,10 +27,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from talk_helpers.arguments import require_int
 from talk_helpers.third_party import native_stderr_silenced
 
-__all__ = ["plain_timeout", "with_debug_detail", "with_monitored_barrier", "with_py_spy",
-           "stack_frames"]
+__all__ = ["plain_timeout", "recorded_collectives", "stack_frames", "with_debug_detail",
+           "with_flight_recorder", "with_monitored_barrier", "with_py_spy"]
 
 
 def _check_hold(hold_s: float, wait_s: float) -> None:
@@ -86,15 +91,17 @@ def with_debug_detail(rank: int, world_size: int, hold_s: float = 3.0,
 
 
 def with_monitored_barrier(rank: int, world_size: int, hold_s: float = 3.0,
-                           wait_s: float = 1.5) -> str:
-    """``dist.monitored_barrier``: rank 0 waits at most ``wait_s`` and names who is missing."""
+                           wait_s: float = 1.5, wait_all_ranks: bool = False) -> str:
+    """``dist.monitored_barrier``: rank 0 waits at most ``wait_s`` and names the first rank
+    that is missing (all of them with ``wait_all_ranks=True``)."""
     _check_hold(hold_s, wait_s)
     if rank != 0:
         time.sleep(hold_s)
         return "held"
     try:
         with native_stderr_silenced():
-            dist.monitored_barrier(timeout=timedelta(seconds=wait_s))
+            dist.monitored_barrier(timeout=timedelta(seconds=wait_s),
+                                   wait_all_ranks=wait_all_ranks)
     except RuntimeError as exc:
         return _first_line(exc)
     return "✘ every rank arrived: nothing hung"
@@ -125,6 +132,46 @@ def with_py_spy(rank: int, world_size: int, hold_s: float = 3.0, wait_s: float =
     if not frames:
         return "py-spy attached, but no thread was in talk_helpers code:\n" + run.stdout[:600]
     return "\n".join(frames)
+
+
+def with_flight_recorder(rank: int, world_size: int, hold_s: float = 3.0,
+                         wait_s: float = 1.5, steps: int = 2) -> list[str]:
+    """``steps`` all-reduces that every rank joins, then the bounded hang; afterwards every
+    rank returns the collectives its flight recorder holds for the hang's group, oldest
+    first, as ``"#<sequence number> <op>"``.
+
+    The recorder is on by default (``TORCH_FR_BUFFER_SIZE`` entries, 2,000 unless set; 0
+    turns it off) and records gloo collectives too; each rank reads its own here, as the
+    NCCL watchdog would dump it on a timeout."""
+    _check_hold(hold_s, wait_s)
+    require_int("steps", steps, minimum=0, maximum=100)
+    before = _last_record_id()
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s))
+    for _ in range(steps):
+        dist.all_reduce(torch.ones(1), group=group)
+    _hang(rank, group, hold_s)
+    return recorded_collectives(_flight_recorder(), group.group_name, after=before)
+
+
+def recorded_collectives(dump: dict, group_name: str, after: int = -1) -> list[str]:
+    """The collectives of process group ``group_name`` in a flight recorder ``dump`` (the
+    unpickled ``_dump_fr_trace()``) recorded after record ``after``, as
+    ``"#<sequence number> <op>"``, oldest first."""
+    return [f"#{entry['collective_seq_id']} {entry['profiling_name']}"
+            for entry in dump.get("entries", [])
+            if entry["process_group"][0] == group_name and entry["record_id"] > after]
+
+
+def _flight_recorder() -> dict:
+    from torch._C._distributed_c10d import _dump_fr_trace
+
+    return pickle.loads(_dump_fr_trace())
+
+
+def _last_record_id() -> int:
+    """The flight recorder is one per process: a warm rank's holds earlier calls too."""
+    return max((entry["record_id"] for entry in _flight_recorder().get("entries", [])),
+               default=-1)
 
 
 def stack_frames(dump: str, stop_at: str = "talk_helpers") -> list[str]:

@@ -6,7 +6,10 @@
 - :func:`measure_ceiling` is the same read and the same work in one process, no DataLoader;
 - :func:`time_training_loop` splits a training loop into data time and step time;
 - :func:`epoch_start_times` measures how long each epoch waits for its first batch;
-- :func:`profile_loop` returns a torch.profiler table of the same loop.
+- :func:`profile_loop` returns a torch.profiler table of the same loop;
+- :func:`check_data_time` checks that a loop's "data time" accounts for the time the loop
+  spends outside its step, and :func:`check_epoch_samples` that an epoch holds the
+  samples it is meant to.
 
 Timings vary from run to run; the returned objects keep the counts (samples, batches),
 which do not.
@@ -30,6 +33,7 @@ from torch.utils.data.distributed import DistributedSampler
 from tqdm.std import tqdm
 
 from talk_helpers.arguments import require_int
+from talk_helpers.checks.verdict import mark
 from talk_helpers.lessons.datasets.fast import (
     TokenBatchedIterableDataset,
     TokenIterableDataset,
@@ -148,6 +152,74 @@ class EpochStarts:
         firsts = ", ".join(f"{s:.2f} s" for s in self.first_batch_s)
         return (f"{self.label}: first batch after {firsts}; "
                 f"total {sum(self.epoch_s):.2f} s for {len(self.epoch_s)} epochs")
+
+
+@dataclass(frozen=True)
+class DataTimeCheck:
+    """Does a loop's "data time" account for the time the loop spends outside its step?
+
+    ``data_s`` is what the loop's own timer measured, ``outside_s`` the loop's wall time
+    minus the time in its step: waiting for batches, copying them, the loop itself. A
+    timer that misses the wait for the next batch reads small however slow the loader.
+    """
+
+    name: str
+    data_s: float
+    outside_s: float
+
+    COVERS = 0.8  # a timer passes when it accounts for at least this share
+
+    @property
+    def share(self) -> float:
+        return self.data_s / self.outside_s if self.outside_s > 0 else float("nan")
+
+    @property
+    def ok(self) -> bool:
+        return self.share >= self.COVERS
+
+    def __repr__(self) -> str:
+        if self.ok:
+            return (f"{mark(True)} {self.name}: accounts for the time the loop spends "
+                    "outside its step, the wait for batches included")
+        return (f"{mark(False)} {self.name}: accounts for under {self.COVERS:.0%} of the time "
+                "the loop spends outside its step: it misses the wait for batches")
+
+
+def check_data_time(name: str, data_s: Iterable[float], loop_s: float,
+                    step_s: Iterable[float]) -> DataTimeCheck:
+    """``name``'s timer against the loop: ``data_s`` the times it measured, ``loop_s`` the
+    loop's wall time, ``step_s`` the times spent in the step."""
+    data, steps = float(sum(data_s)), float(sum(step_s))
+    if not loop_s > steps >= 0:
+        raise ValueError(f"loop_s must be more than the time in the step ({steps:g} s), "
+                         f"got {loop_s!r}")
+    return DataTimeCheck(name, data, loop_s - steps)
+
+
+@dataclass(frozen=True)
+class EpochSamples:
+    """How many samples one epoch of a loader held, against the number it is meant to."""
+
+    what: str
+    samples: int
+    share: int
+
+    @property
+    def ok(self) -> bool:
+        return self.samples == self.share
+
+    def __repr__(self) -> str:
+        if self.ok:
+            return f"{mark(True)} {self.what}: {self.samples} samples, its share"
+        return (f"{mark(False)} {self.what}: {self.samples} samples, "
+                f"{self.samples / self.share:g}× its share of {self.share}")
+
+
+def check_epoch_samples(batches: Iterable, share: int,
+                        what: str = "one epoch of this rank's loader") -> EpochSamples:
+    """Count the samples of one pass over ``batches`` against ``share``."""
+    require_int("share", share, minimum=1)
+    return EpochSamples(what, sum(batch_len(b) for b in batches), share)
 
 
 # ---------------------------------------------------------------------------- measuring
@@ -352,7 +424,8 @@ def write_wds_shards(path, out_dir, *, n_shards: int = 2) -> list[str]:
     return names
 
 
-def _wds_mask(sample, work):
+def wds_mask_sample(sample, work: int = 1):
+    """A decoded webdataset sample → (id, input_ids, labels), masked as every loader is."""
     input_ids, labels = mask_tokens(sample["tokens.npy"], int(sample["id.cls"]), work)
     return int(sample["id.cls"]), input_ids, labels
 
@@ -363,11 +436,12 @@ def wds_dataset(shards: list[str], batch_size: int, *, work: int = 1):
 
     return (wds.WebDataset(shards, shardshuffle=False, nodesplitter=None, empty_check=False)
             .decode()
-            .map(partial(_wds_mask, work=work))
-            .batched(batch_size, collation_fn=_wds_collate))
+            .map(partial(wds_mask_sample, work=work))
+            .batched(batch_size, collation_fn=wds_collate))
 
 
-def _wds_collate(samples):
+def wds_collate(samples):
+    """(id, input_ids, labels) samples → one batch of the dict the other loaders yield."""
     ids, input_ids, labels = zip(*samples, strict=True)
     return {"id": torch.tensor(ids), "input_ids": torch.from_numpy(np.stack(input_ids)),
             "labels": torch.from_numpy(np.stack(labels))}
@@ -575,32 +649,27 @@ def blocks_per_batch(batches: Iterable, n_samples: int, parts: int) -> list[int]
     return counts
 
 
-def wds_seed_pattern(shards: list[str], batch_size: int, *, world_size: int,
-                     epoch_samples: int, work: int = 1):
-    """Seed 004's WebDataset pattern: ``.batched(batch_size)`` then
-    ``.with_epoch(epoch_samples // world_size)``. with_epoch counts what flows at that
-    point (batches here) and runs in every worker: use with ``DataLoader(batch_size=None)``.
-    """
-    import webdataset as wds
-
-    return (wds.WebDataset(shards, shardshuffle=False, nodesplitter=None, empty_check=False)
-            .decode()
-            .map(partial(_wds_mask, work=work))
-            .batched(batch_size, collation_fn=_wds_collate)
-            .with_epoch(epoch_samples // world_size))
-
-
-def cpu_per_sample(kind: str, path, *, batch_size: int, work: int = 1,
+def cpu_per_sample(kind, path=None, *, batch_size: int | None = None, work: int = 1,
                    repeats: int = 3) -> float:
-    """CPU µs per sample of one epoch with ``num_workers=0``, best of ``repeats``.
+    """CPU µs per sample of one epoch in this process, best of ``repeats``.
+
+    ``kind`` is a benchmark row, read from ``path`` with ``batch_size`` and no workers, or
+    a function of no argument that returns a fresh loader.
 
     CPU time, unlike wall time, barely moves when other processes share the cores, so
     this separates the loaders' per-sample costs even on a busy machine.
     """
+    if callable(kind):
+        make = kind
+    elif path is None or batch_size is None:
+        raise TypeError(f"the benchmark row {kind!r} needs path and batch_size")
+    else:
+        def make():
+            return make_loader(kind, path, batch_size=batch_size, work=work)
+    require_int("repeats", repeats, minimum=1)
     best = float("inf")
     for _ in range(repeats):
         start = time.process_time()
-        n = sum(batch_len(b) for b in make_loader(kind, path, batch_size=batch_size,
-                                                   work=work))
+        n = sum(batch_len(b) for b in make())
         best = min(best, (time.process_time() - start) / n * 1e6)
     return best

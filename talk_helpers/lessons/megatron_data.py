@@ -16,7 +16,8 @@
 - :func:`split_micro_batch` / :func:`collate_clm`: from ``[micro_batch, seq_len + 1]`` rows
   to input_ids, input_mask, label_ids, label_mask (nanotron's ``DataCollatorForCLM``).
 - :func:`gpt_sample`: the dict Megatron's current ``GPTDataset.__getitem__`` returns for one
-  sample (tokens, labels, loss_mask, position_ids, optionally attention_mask).
+  sample (tokens, labels, loss_mask, position_ids, optionally attention_mask);
+- :func:`label_tokens`: the tokens a run trained on as labels, to check a resume by token.
 """
 
 import struct
@@ -28,7 +29,8 @@ import numpy as np
 __all__ = [
     "GPTSamples", "IndexedDataset", "MegatronPretrainingRandomSampler",
     "MegatronPretrainingSampler", "SkipBatchSampler", "TensorPointer", "build_document_index",
-    "build_sample_index", "build_shuffle_index", "collate_clm", "gpt_sample", "make_documents",
+    "build_sample_index", "build_shuffle_index", "collate_clm", "gpt_sample", "label_tokens",
+    "make_documents",
     "nanotron_rank_ids", "num_epochs_needed", "preprocess_jsonl", "sampler_steps",
     "split_micro_batch", "write_indexed_dataset",
 ]
@@ -522,3 +524,11 @@ class EmptyInfiniteDataset:
 
     def __getitem__(self, idx: int) -> dict:
         return {}
+
+
+def label_tokens(samples: GPTSamples, steps) -> list[np.ndarray]:
+    """The tokens each DP rank trains on as labels, step by step: for ``steps`` as
+    :func:`sampler_steps` lists them, every read sample's tokens but its first. Token ids
+    that count up across the corpus make these the positions trained on."""
+    return [np.concatenate([samples[i]["text"][1:] for i in ids]) if ids else
+            np.empty(0, dtype=np.int64) for step in steps for ids in step]

@@ -1,193 +1,108 @@
-"""Tiny DDP training loops that run inside the ranks of ``run_world`` (notebook 06).
+"""What notebook 06's DDP training loops call inside a rank, and that is not their lesson.
 
-Each one trains a one-weight model with DistributedDataParallel on gloo over a sharded
-iterable dataset and returns what the notebook shows: how many steps the rank took and
-the sample ids it trained on. ``train_naive`` is the loop that hangs when ranks get
-unequal batch counts; the others are its fixes (and one broken fix).
+The loops themselves (the one that hangs and its fixes) are written in the notebook's
+``%%importable`` cells, where the learner reads and edits them. They take a loader factory
+``make_loader(rank, world_size, epoch)`` (the signature ``audit`` uses) and call:
+
+- :func:`epoch_batches`: one epoch of that loader, started on every rank before the first
+  step;
+- :func:`tiny_ddp_model`: a seeded one-weight model wrapped in DistributedDataParallel, and
+  its optimiser;
+- :func:`train_step`: forward, ``loss.backward()`` (where DDP all-reduces the gradients),
+  optimiser step;
+- :func:`gradient_alone`: the gradient one batch gives on its own, to compare with the one
+  DDP applies.
 """
 
 import copy
 import itertools
-import os
-import time
+import pickle
 from datetime import timedelta
 
 import torch
 import torch._dynamo  # noqa: F401 - DDP imports it when it wraps a model (a second or more
 import torch.distributed as dist  # under spawn): here it happens before the ranks synchronise
 from torch.nn.parallel import DistributedDataParallel
-
-from talk_helpers.lessons.datasets.ddp import make_fixed_count_loader, make_sharded_loader
-from talk_helpers.runtime.in_rank import report_progress
+from torch.utils.data import DataLoader, IterableDataset
 
 STARTUP_TIMEOUT_S = 300
 
-__all__ = [
-    "train_naive",
-    "train_fixed_steps",
-    "train_with_join",
-    "train_with_join_gradients",
-    "train_with_join_and_logging",
-    "train_with_join_throwing",
-    "train_until_any_exhausted",
-]
+__all__ = ["STARTUP_TIMEOUT_S", "epoch_batches", "gradient_alone", "tiny_ddp_model",
+           "train_step", "with_persistent_workers"]
 
 
-def _started(loader):
-    """Start the loader's workers (take its first batch), then wait for every rank to get
-    there, with a generous timeout of its own: worker start-up under spawn on a busy
-    machine must not be mistaken for the hang the short collective timeout is there for."""
+def epoch_batches(make_loader, rank: int, world_size: int, epoch: int = 0):
+    """The batches of ``make_loader(rank, world_size, epoch)``, as an iterator.
+
+    Every rank takes its first batch (its workers have started), then waits for the others
+    in a barrier with a generous timeout of its own: starting workers under spawn on a busy
+    machine must not be mistaken for the hang that a short collective timeout is there for.
+
+    In a warm world (:mod:`talk_helpers.runtime.warm`) a DataLoader with workers is kept,
+    with persistent workers, for the next call with the same factory and arguments, as a
+    job keeps its loader between epochs: the batches are a new loader's, without starting
+    the workers again in every cell. An edited ``%%importable`` cell is a new module, so
+    its factory is a new one.
+    """
+    if not callable(make_loader):
+        raise TypeError("make_loader must be callable as make_loader(rank, world_size, epoch), "
+                        f"got {make_loader!r}")
+    loader = make_loader(rank, world_size, epoch)
+    if isinstance(loader, DataLoader) and loader.num_workers > 0:
+        from talk_helpers.runtime import warm  # a worker unpickling a dataset never needs it
+
+        key = pickle.dumps((make_loader, rank, world_size, epoch))
+        made = loader
+        loader = warm.kept_loader(key, lambda: with_persistent_workers(made))
     batches = iter(loader)
     first = next(batches, None)
     dist.monitored_barrier(timeout=timedelta(seconds=STARTUP_TIMEOUT_S))
     return batches if first is None else itertools.chain([first], batches)
 
 
-def _model() -> DistributedDataParallel:
+def with_persistent_workers(loader: DataLoader) -> DataLoader:
+    """The same loader (dataset, batching, workers, collate function, start method) with
+    ``persistent_workers=True``; a loader that has them, or no workers, as it is."""
+    if loader.persistent_workers or loader.num_workers == 0:
+        return loader
+    options = dict(num_workers=loader.num_workers, collate_fn=loader.collate_fn,
+                   pin_memory=loader.pin_memory, timeout=loader.timeout,
+                   worker_init_fn=loader.worker_init_fn,
+                   multiprocessing_context=loader.multiprocessing_context,
+                   generator=loader.generator, prefetch_factor=loader.prefetch_factor,
+                   persistent_workers=True, in_order=loader.in_order)
+    if isinstance(loader.dataset, IterableDataset):
+        return DataLoader(loader.dataset, batch_size=loader.batch_size,
+                          drop_last=loader.drop_last, **options)
+    if loader.batch_sampler is None:
+        return DataLoader(loader.dataset, batch_size=None, sampler=loader.sampler, **options)
+    return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, **options)
+
+
+def tiny_ddp_model() -> tuple[DistributedDataParallel, torch.optim.Optimizer]:
+    """A one-weight linear model, the same on every rank (seeded), in DDP; and its SGD."""
     torch.manual_seed(0)
-    return DistributedDataParallel(torch.nn.Linear(1, 1))
+    model = DistributedDataParallel(torch.nn.Linear(1, 1))
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
 
 
-def _step(model, optimizer, batch) -> torch.Tensor:
-    x = batch.float().unsqueeze(1) / 100
-    loss = model(x).pow(2).mean()
+def train_step(model, optimizer, batch: torch.Tensor) -> torch.Tensor:
+    """One step on a batch of ids; returns the loss. In DDP, ``loss.backward()`` all-reduces
+    the gradients: every rank must take part."""
+    loss = _loss(model, batch)
     optimizer.zero_grad()
-    loss.backward()  # DDP all-reduces the gradients here: every rank must be there
+    loss.backward()
     optimizer.step()
     return loss.detach()
 
 
-def _loop(rank, world_size, batches):
-    model = _model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    seen, steps = [], 0
-    for batch in batches:
-        report_progress(f"step {steps + 1}")
-        _step(model, optimizer, batch)
-        seen.extend(batch.tolist())
-        steps += 1
-    return {"steps": steps, "ids": seen}
+def gradient_alone(model: DistributedDataParallel, batch: torch.Tensor) -> float:
+    """The weight gradient ``batch`` alone gives the model as it is now (a plain copy of
+    the module, no DDP, no collective). Call it before :func:`train_step`."""
+    alone = copy.deepcopy(model.module)
+    _loss(alone, batch).backward()
+    return round(float(alone.weight.grad), 6)
 
 
-def train_naive(rank: int, world_size: int, loader_kwargs: dict, linger_s: float = 0.0) -> dict:
-    """One epoch over the loader, as every tutorial writes it. ``linger_s``: after its
-    last step the rank keeps working that long without a collective (saving a checkpoint,
-    say) before it exits."""
-    loader = _started(make_sharded_loader(rank, world_size, 0, keep_workers=True, **loader_kwargs))
-    result = _loop(rank, world_size, loader)
-    time.sleep(linger_s)
-    return result
-
-
-def train_fixed_steps(rank: int, world_size: int, loader_kwargs: dict, steps: int,
-                      repeat: int | None = 1) -> dict:
-    """Seed 001's fix: make every rank's stream long enough (``repeat`` passes over the
-    loader, its ``dsrepeat``; None repeats forever: epochless training), then stop every
-    rank after exactly ``steps`` batches (its ``nbatches``; webdataset's ``with_epoch``)."""
-    batches = make_fixed_count_loader(rank, world_size, 0, steps=steps, repeat=repeat,
-                                      keep_workers=True, **loader_kwargs)
-    return _loop(rank, world_size, _started(batches))
-
-
-def train_with_join(rank: int, world_size: int, loader_kwargs: dict) -> dict:
-    """``model.join()``: a rank that runs out shadows the others' gradient all-reduces."""
-    loader = _started(make_sharded_loader(rank, world_size, 0, keep_workers=True, **loader_kwargs))
-    model = _model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    seen, steps = [], 0
-    with model.join():
-        for batch in loader:
-            report_progress(f"step {steps + 1}")
-            _step(model, optimizer, batch)
-            seen.extend(batch.tolist())
-            steps += 1
-    weight = round(float(model.module.weight.detach()), 6)
-    return {"steps": steps, "ids": seen, "weight": weight}
-
-
-def train_with_join_gradients(rank: int, world_size: int, loader_kwargs: dict,
-                              divide_by_initial_world_size: bool = True) -> dict:
-    """``model.join()`` again, recording per step the weight gradient this rank's batch
-    alone gives (a plain copy of the model) next to the one DDP applies (the all-reduced
-    average). A rank that has run out shadows with zeros, and DDP still divides by the
-    whole world, so a step that only some ranks take gets a smaller gradient; with
-    ``divide_by_initial_world_size=False`` DDP divides by the ranks still training."""
-    loader = _started(make_sharded_loader(rank, world_size, 0, keep_workers=True, **loader_kwargs))
-    model = _model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    steps = []
-    with model.join(divide_by_initial_world_size=divide_by_initial_world_size):
-        for batch in loader:
-            report_progress(f"step {len(steps) + 1}")
-            alone = copy.deepcopy(model.module)
-            alone(batch.float().unsqueeze(1) / 100).pow(2).mean().backward()
-            _step(model, optimizer, batch)
-            steps.append((round(float(alone.weight.grad), 6),
-                          round(float(model.module.weight.grad), 6)))
-    return {"steps": len(steps), "grad_alone_vs_ddp": steps}
-
-
-def train_with_join_and_logging(rank: int, world_size: int, loader_kwargs: dict) -> dict:
-    """``model.join()`` plus one collective of your own per step (an all-reduced loss for
-    logging): Join does not shadow it, so the loop fails again.
-
-    The logging collective runs on its own process group, so the failure is a clean
-    collective timeout on the rank that keeps training. On the default group it would
-    meet the collectives of Join's hooks instead, and what gloo does then depends on
-    timing (often a size mismatch that aborts the process with a C++ message on stderr,
-    which is silenced here so that a notebook shows only the report)."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-    log_group = dist.new_group(backend="gloo")
-    loader = _started(make_sharded_loader(rank, world_size, 0, keep_workers=True, **loader_kwargs))
-    model = _model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    seen, steps = [], 0
-    with model.join():
-        for batch in loader:
-            report_progress(f"step {steps + 1}")
-            loss = _step(model, optimizer, batch)
-            dist.all_reduce(loss, group=log_group)  # not a Joinable's collective
-            seen.extend(batch.tolist())
-            steps += 1
-    return {"steps": steps, "ids": seen}
-
-
-def train_with_join_throwing(rank: int, world_size: int, loader_kwargs: dict) -> dict:
-    """``model.join(throw_on_early_termination=True)``: when the first rank runs out,
-    every rank raises at its next step; catch it and stop (extra batches are skipped)."""
-    loader = _started(make_sharded_loader(rank, world_size, 0, keep_workers=True, **loader_kwargs))
-    model = _model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    seen, steps = [], 0
-    try:
-        with model.join(throw_on_early_termination=True):
-            for batch in loader:
-                report_progress(f"step {steps + 1}")
-                loss = _step(model, optimizer, batch)
-                dist.all_reduce(loss)
-                seen.extend(batch.tolist())
-                steps += 1
-    except RuntimeError as exc:
-        if "exhausted" not in str(exc):  # Join's own message; anything else is a real error
-            raise
-    return {"steps": steps, "ids": seen}
-
-
-def train_until_any_exhausted(rank: int, world_size: int, loader_kwargs: dict) -> dict:
-    """An all-reduced "exhausted" flag: before each step every rank says whether it still
-    has a batch; all stop as soon as one rank has none (its extra batches are skipped)."""
-    loader = _started(make_sharded_loader(rank, world_size, 0, keep_workers=True, **loader_kwargs))
-    model = _model()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    seen, steps = [], 0
-    while True:
-        batch = next(loader, None)
-        exhausted = torch.tensor([1 if batch is None else 0])
-        dist.all_reduce(exhausted, op=dist.ReduceOp.MAX)
-        if exhausted.item():
-            break
-        report_progress(f"step {steps + 1}")
-        _step(model, optimizer, batch)
-        seen.extend(batch.tolist())
-        steps += 1
-    return {"steps": steps, "ids": seen}
+def _loss(model, batch: torch.Tensor) -> torch.Tensor:
+    return model(batch.float().unsqueeze(1) / 100).pow(2).mean()

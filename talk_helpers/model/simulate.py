@@ -62,9 +62,10 @@ def shard_sizes_for(dataset_size: int, num_shards: int) -> list[int]:
 
 @dataclass(frozen=True)
 class RuleCheck:
-    """Seed 000's rule: ``remainder < shards_per_worker < micro_batch_size``; with
-    ``drop_last`` only ``shards_per_worker < micro_batch_size`` (partial batches are dropped,
-    so the remainder no longer matters)."""
+    """The rule of thumb of a user's notes on a DDP hang with HF datasets:
+    ``remainder < shards_per_worker < micro_batch_size``; with ``drop_last`` only
+    ``shards_per_worker < micro_batch_size`` (partial batches are dropped, so the remainder
+    no longer matters)."""
 
     remainder: int
     shards_per_worker: float
@@ -86,10 +87,10 @@ class RuleCheck:
                 f"{self.shards_per_worker:g} < micro_batch_size {self.micro_batch_size}")
 
 
-def seed000_rule(dataset_size: int, num_shards: int, *, nodes: int, workers: int,
-                 micro_batch_size: int, drop_last: bool = False) -> RuleCheck:
-    """Evaluate seed 000's rule of thumb for choosing the number of shards (its
-    ``drop_last=True`` variant keeps only the second inequality)."""
+def shard_count_rule(dataset_size: int, num_shards: int, *, nodes: int, workers: int,
+                     micro_batch_size: int, drop_last: bool = False) -> RuleCheck:
+    """Evaluate the shard-count rule of thumb of a user's notes on a DDP hang with HF
+    datasets (its ``drop_last=True`` variant keeps only the second inequality)."""
     _check_int("dataset_size", dataset_size, 1)
     _check_int("num_shards", num_shards, 1)
     _check_int("nodes", nodes, 1)
@@ -101,8 +102,9 @@ def seed000_rule(dataset_size: int, num_shards: int, *, nodes: int, workers: int
                      micro_batch_size, bool(drop_last))
 
 
-def seed001_rule(shard_sizes: Sequence[int], *, nodes: int, workers: int) -> bool:
-    """Seed 001's rule: all shards equal and their count divisible by nodes × workers."""
+def equal_shards_rule(shard_sizes: Sequence[int], *, nodes: int, workers: int) -> bool:
+    """The rule of WebDataset's distributed training example: all shards equal and their
+    count divisible by nodes × workers."""
     sizes = _check_sizes(shard_sizes)
     return bool(len(set(sizes.tolist())) == 1 and len(sizes) % (nodes * max(workers, 1)) == 0)
 

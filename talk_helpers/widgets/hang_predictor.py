@@ -11,7 +11,7 @@ import ipywidgets as widgets
 
 from talk_helpers.arguments import check_choice, check_int
 from talk_helpers.checks.verdict import verdict_html
-from talk_helpers.model.simulate import POLICIES, seed000_rule, shard_sizes_for, simulate
+from talk_helpers.model.simulate import POLICIES, shard_count_rule, shard_sizes_for, simulate
 from talk_helpers.palette import BAD_COLOUR, OK_COLOUR
 from talk_helpers.widgets.still import WithStill, figure_png, table_figure
 
@@ -85,10 +85,10 @@ class HangPredictor(WithStill, widgets.VBox):
     def _rule(self):
         if not self.workers.value:
             return None
-        return seed000_rule(self.dataset_size.value, self.num_shards.value,
-                            nodes=self.nodes.value, workers=self.workers.value,
-                            micro_batch_size=self.micro_batch_size.value,
-                            drop_last=self.drop_last.value)
+        return shard_count_rule(self.dataset_size.value, self.num_shards.value,
+                                nodes=self.nodes.value, workers=self.workers.value,
+                                micro_batch_size=self.micro_batch_size.value,
+                                drop_last=self.drop_last.value)
 
     def redraw(self) -> None:
         size, shards = self.dataset_size.value, self.num_shards.value
@@ -116,7 +116,8 @@ class HangPredictor(WithStill, widgets.VBox):
                        + "</tr>" for row in self._rows())
         rule = self._rule()
         rule_line = "" if rule is None else (
-            f"<p>seed 000's rule of thumb: {html.escape(repr(rule).removeprefix('rule '))}</p>")
+            f"<p>the shard-count rule of thumb from a user's notes on a DDP hang: "
+            f"{html.escape(repr(rule).removeprefix('rule '))}</p>")
         return (f'<table style="border-collapse:collapse;margin:6px 0">'
                 f"<tr>{head}</tr>{body}</table>"
                 f'<p>{verdict_html(self.sim.ok, self.sim.verdict[2:])}</p>'

@@ -1,4 +1,5 @@
-"""Datasets and loader factories for notebooks 05 and 06 (DDP): every sample is its id.
+"""Datasets and loader factories of DDP lessons (notebooks 05, 06 and 10, the tests and the
+audit's examples): every sample is its id.
 
 The ``make_*`` functions have the signature ``audit`` expects, ``make_loader(rank,
 world_size, epoch)``, once their settings are bound with ``functools.partial``.
@@ -113,8 +114,8 @@ def make_sharded_loader(rank: int, world_size: int, epoch: int, *, shard_sizes,
     persistent, for the next call that builds the same one
     (:func:`talk_helpers.runtime.warm.kept_loader`), as a training job keeps its loader
     between epochs: the batches are those of a new loader, without starting two
-    interpreters per rank for every cell under spawn. Notebook 06's training loops ask for
-    it; an audit never does (it tags each batch with the worker that made it)."""
+    interpreters per rank for every cell under spawn. An audit never asks for it (it tags
+    each batch with the worker that made it)."""
 
     def build(persistent: bool) -> DataLoader:
         dataset = ShardedIds(shard_sizes, rank, world_size, policy)
@@ -163,21 +164,6 @@ def make_sampler_loader(rank: int, world_size: int, epoch: int, *, size: int = 1
         sampler.set_epoch(epoch)
     return DataLoader(IdsMap(size), batch_size=batch_size, sampler=sampler,
                       num_workers=workers)
-
-
-def make_fixed_count_loader(rank: int, world_size: int, epoch: int, *, steps: int,
-                            repeat: int | None = 1, **loader_kwargs) -> list:
-    """Exactly ``steps`` batches on every rank: pass over the sharded loader ``repeat``
-    times (None: forever, i.e. epochless), then stop at ``steps`` — seed 001's
-    ``dsrepeat`` and ``nbatches``, webdataset's ``with_epoch``. The passes share one
-    loader whose workers persist: each pass reads the same batches a new loader would."""
-    import itertools
-
-    loader = make_sharded_loader(rank, world_size, epoch, persistent_workers=True,
-                                 **loader_kwargs)
-    passes = itertools.count() if repeat is None else range(repeat)
-    stream = (batch for _ in passes for batch in loader)
-    return list(itertools.islice(stream, steps))
 
 
 class NestedModulo(IterableDataset):

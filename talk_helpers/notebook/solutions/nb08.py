@@ -4,13 +4,12 @@ SOLUTIONS = {
     1: '''
 # Batches built inside 2 workers come from one worker's block each; unbatch, shuffle
 # through a buffer and batch again in the main process to mix them.
-workers = lb.make_loader("batched", small, batch_size=64, num_workers=2, start_method=FAST)
-mixed = lb.rebatch(workers, 64, buffer_size=1024, seed=0)
+mixed = lb.rebatch(batched_in_worker(small, batch_size=64), 64, buffer_size=1024, seed=0)
 ''',
     2: '''
 # with_epoch(n) after .batched counts batches, in each worker: the loader yields
 # n batches × 2 workers × 4 samples. 48 samples = 12 batches = 6 per worker,
-# and wds_seed_pattern passes epoch_samples // world_size = epoch_samples // 4.
+# and course_pipeline passes epoch_samples // world_size = epoch_samples // 4.
 epoch_samples = 6 * 4   # 24 // 4 = 6 batches per worker
 ''',
     3: '''
