@@ -29,16 +29,21 @@ def class_mix(panels, labels, n_classes, *, max_batches=12, fig=None):
     """One heat map per panel: the class histogram of each of the first batches.
 
     ``panels``: list of (title, batches) or (title, batches, report). A well shuffled
-    loader spreads every row over all classes; a bad one lights a few cells per row. All
-    panels share one colour scale (one colour bar), so their cells compare directly.
+    loader spreads every row over all classes; a bad one lights a few cells per row, and a
+    class missing from a batch is a white cell. All panels share one colour scale (one
+    colour bar), so their cells compare directly.
     """
+    from matplotlib import colormaps
+    from matplotlib.ticker import MaxNLocator
+
     counts = [class_counts(panel[1][:max_batches], labels, n_classes) for panel in panels]
     top = max([1, *(int(c.max()) for c in counts if c.size)])
+    colours = colormaps["cividis"].with_extremes(under="white")
     fig = fig or Figure(figsize=(2.9 * len(panels) + 1.0, 3.6), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
     for ax, panel, count in zip(axes, panels, counts, strict=True):
         title = panel[0]
-        image = ax.imshow(count, cmap="cividis", vmin=0, vmax=top, aspect="auto")
+        image = ax.imshow(count, cmap=colours, vmin=0.5, vmax=max(top, 1.5), aspect="auto")
         if len(panel) > 2:
             title = f"{title}\nmixing {panel[2].mixing:.2f}"
         ax.set_title(title, fontsize=10)
@@ -46,7 +51,10 @@ def class_mix(panels, labels, n_classes, *, max_batches=12, fig=None):
         ax.set_xticks(range(n_classes))
         ax.set_yticks(range(len(count)))
     axes[0].set_ylabel("batch")
-    fig.colorbar(image, ax=list(axes), label="samples of the class in the batch", shrink=0.9)
+    bar = fig.colorbar(image, ax=list(axes), shrink=0.9, extend="min", extendfrac=0.05,
+                       label="samples of the class in the batch\n(white: none)")
+    bar.locator = MaxNLocator(integer=True)
+    bar.update_ticks()
     return shown_once(fig)
 
 

@@ -197,6 +197,8 @@ def list_batches(loader):
     import sys
     import tempfile
 
+    __tracebackhide__ = True  # IPython shows the notebook's line, not this function's
+
     with tempfile.TemporaryFile(mode="w+b") as capture:
         sys.stderr.flush()
         saved = os.dup(2)
