@@ -33,12 +33,12 @@ def test_committed_png_matches_a_fresh_rendering(regenerated, name):
     assert np.array_equal(fresh, committed), f"{name} changed: run `make imgs`"
 
 
-def test_grid_title_counts_extra_copies_and_missing_ids():
+def test_grid_title_counts_duplicated_ids_and_missing_ids_as_the_check_does():
     from talk_helpers.diagrams.workers import assignment_grid
 
     fig = assignment_grid([(0, 0), (0, 1), (2, 0), (2, (1, 0))], n_ids=4)
     title = fig.axes[0].get_title(loc="left")
-    assert "2 of 4 ids received · 2 extra copies · 2 missing" in title
+    assert "2 of 4 ids received · 2 duplicated · 2 missing" in title
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [
         "worker 0", "worker 1", "rank 1 · worker 0"]
 

@@ -1,4 +1,5 @@
-"""The shuffling and seeding datasets of notebooks 03-04 behave as the notebooks say."""
+"""Notebook 03's data, its buffer-shuffle model and helpers, and the seeding datasets of
+notebook 04, behave as the notebooks say."""
 
 import numpy as np
 import pytest
@@ -9,16 +10,10 @@ from talk_helpers.checks import check_exactly_once
 from talk_helpers.checks.mixing import shuffle_report
 from talk_helpers.lessons.datasets import seeds
 from talk_helpers.lessons.datasets.shuffling import (
-    SIZE,
     BufferShuffled,
-    SharedSeedShuffle,
-    ShuffleAfterShard,
-    ShuffleBeforeShard,
     collect,
-    epoch_orders,
     labels_of,
     rebatched_orders,
-    same_seed_worker_init,
     shard_ranges,
     simulate_loader,
 )
@@ -37,37 +32,6 @@ def test_data_is_stored_sorted_by_class_in_contiguous_shards():
     assert list(np.bincount(LABELS)) == [60] * 10
     assert (np.diff(LABELS) >= 0).all()
     assert [len(r) for r in shard_ranges(600, 4)] == [150] * 4
-
-
-def test_shuffle_after_shard_is_exactly_once_but_poorly_mixed():
-    orders = epoch_orders(lambda e: loader(ShuffleAfterShard()))
-    assert check_exactly_once(orders[0], SIZE).ok
-    report = shuffle_report(orders, groups=LABELS, batch_size=20)
-    assert report.mixing < 0.6 and not report.ok
-
-
-def test_shuffle_before_shard_with_default_seeds_loses_samples():
-    torch.manual_seed(0)
-    batches, _ = collect(loader(ShuffleBeforeShard()))
-    report = check_exactly_once(batches, SIZE)
-    assert not report.ok and report.missing and report.duplicates
-
-
-def test_same_seed_worker_init_repeats_order_and_augmentations():
-    runs = [collect(loader(ShuffleBeforeShard(), worker_init_fn=same_seed_worker_init))
-            for _ in range(2)]
-    orders = [np.concatenate(b) for b, _ in runs]
-    assert check_exactly_once(orders[0], SIZE).ok
-    assert not shuffle_report(orders, batch_size=20).order_changes
-    fields = runs[0][1]
-    by_worker = [fields["aug"][fields["worker"] == w] for w in (0, 1)]
-    assert (by_worker[0] == by_worker[1]).all()
-
-
-def test_shared_seed_shuffle_is_exactly_once_mixed_and_changes_per_epoch():
-    orders = epoch_orders(lambda e: loader(SharedSeedShuffle(epoch=e)))
-    assert all(check_exactly_once(o, SIZE).ok for o in orders)
-    assert shuffle_report(orders, groups=LABELS, batch_size=20).ok
 
 
 @pytest.mark.parametrize("worker_batch", [None, 20])

@@ -5,7 +5,7 @@ import base64
 import ipywidgets as widgets
 import pytest
 
-from talk_helpers.lessons.datasets.basics import IterableIds, MapStyleIds
+from talk_helpers.lessons.datasets.basics import MapStyleIds, WorkerStreams
 from talk_helpers.lessons.trace import run_loader
 from talk_helpers.widgets.buffer_shuffle import BufferExplorer
 from talk_helpers.widgets.dataloader_steps import NONE_NOTE, step_through
@@ -18,7 +18,7 @@ VIEW = "application/vnd.jupyter.widget-view+json"
 
 @pytest.fixture(scope="module")
 def iterable_run():
-    return run_loader(IterableIds(6), batch_size=3, num_workers=2)
+    return run_loader(WorkerStreams([range(6)] * 2), batch_size=3, num_workers=2)
 
 
 @pytest.fixture(scope="module")

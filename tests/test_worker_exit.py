@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from talk_helpers.lessons.datasets.basics import IterableIds, MapStyleIds
+from talk_helpers.lessons.datasets.basics import MapStyleIds, WorkerStreams
 from talk_helpers.runtime import worker_exit
 
 _ENV = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
@@ -46,7 +46,7 @@ def test_the_hook_does_nothing_in_the_main_process():
 
 def test_spawned_workers_deliver_every_batch_and_exit_with_0():
     # An iterable dataset gives every worker all 8 ids; a map-style one splits them.
-    for dataset, copies in ((IterableIds(8), 2), (MapStyleIds(8), 1)):
+    for dataset, copies in ((WorkerStreams([range(8)] * 2), 2), (MapStyleIds(8), 1)):
         iterator = iter(DataLoader(dataset, batch_size=2, num_workers=2,
                                    multiprocessing_context="spawn"))
         ids = sorted(torch.cat(list(iterator)).tolist())

@@ -1,6 +1,6 @@
 """Figures of notebook 03: which classes each batch holds, and mixing against buffer size.
 
-    from talk_helpers.diagrams.shuffling import class_mix, mixing_vs_buffer
+    from talk_helpers.diagrams.shuffling import class_mix, mixing_picture, mixing_vs_buffer
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from matplotlib.figure import Figure
 from talk_helpers.diagrams import shown_once
 from talk_helpers.palette import PALETTE
 
-__all__ = ["class_counts", "class_mix", "mixing_vs_buffer", "buffer_curves", "FIGURES"]
+__all__ = ["class_counts", "class_mix", "mixing_picture", "mixing_vs_buffer", "buffer_curves",
+           "FIGURES"]
 
 
 def class_counts(batches, labels, n_classes) -> np.ndarray:
@@ -28,23 +29,48 @@ def class_mix(panels, labels, n_classes, *, max_batches=12, fig=None):
     """One heat map per panel: the class histogram of each of the first batches.
 
     ``panels``: list of (title, batches) or (title, batches, report). A well shuffled
-    loader spreads every row over all classes; a bad one lights a few cells per row.
+    loader spreads every row over all classes; a bad one lights a few cells per row, and a
+    class missing from a batch is a white cell. All panels share one colour scale (one
+    colour bar), so their cells compare directly.
     """
-    fig = fig or Figure(figsize=(3.6 * len(panels), 3.4), layout="constrained")
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    for ax, panel in zip(axes, panels, strict=True):
-        title, batches = panel[0], panel[1]
-        counts = class_counts(batches[:max_batches], labels, n_classes)
-        image = ax.imshow(counts, cmap="cividis", vmin=0, aspect="auto")
+    from matplotlib import colormaps
+    from matplotlib.ticker import MaxNLocator
+
+    counts = [class_counts(panel[1][:max_batches], labels, n_classes) for panel in panels]
+    top = max([1, *(int(c.max()) for c in counts if c.size)])
+    colours = colormaps["cividis"].with_extremes(under="white")
+    fig = fig or Figure(figsize=(2.9 * len(panels) + 1.0, 3.6), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=True)[0]
+    for ax, panel, count in zip(axes, panels, counts, strict=True):
+        title = panel[0]
+        image = ax.imshow(count, cmap=colours, vmin=0.5, vmax=max(top, 1.5), aspect="auto")
         if len(panel) > 2:
             title = f"{title}\nmixing {panel[2].mixing:.2f}"
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("class")
-        ax.set_ylabel("batch")
         ax.set_xticks(range(n_classes))
-        ax.set_yticks(range(len(counts)))
-        fig.colorbar(image, ax=ax, label="samples in batch", shrink=0.8)
+        ax.set_yticks(range(len(count)))
+    axes[0].set_ylabel("batch")
+    bar = fig.colorbar(image, ax=list(axes), shrink=0.9, extend="min", extendfrac=0.05,
+                       label="samples of the class in the batch\n(white: none)")
+    bar.locator = MaxNLocator(integer=True)
+    bar.update_ticks()
     return shown_once(fig)
+
+
+def mixing_picture(orders, labels, n_classes, *, batch_size=20, max_batches=12):
+    """:func:`class_mix` of whole orders: ``orders`` maps a title to two or more epochs of
+    sample ids; each panel shows the first epoch's batches, titled with the mixing score
+    :func:`talk_helpers.checks.shuffle_report` gives the epochs."""
+    from talk_helpers.checks.mixing import shuffle_report
+
+    panels = []
+    for title, epochs in orders.items():
+        first = np.asarray(epochs[0])
+        batches = [first[i:i + batch_size] for i in range(0, len(first), batch_size)]
+        report = shuffle_report(list(epochs), groups=labels, batch_size=batch_size)
+        panels.append((title, batches, report))
+    return class_mix(panels, labels, n_classes, max_batches=max_batches)
 
 
 def mixing_vs_buffer(buffer_sizes, curves, *, size=None, ax=None):
@@ -58,13 +84,13 @@ def mixing_vs_buffer(buffer_sizes, curves, *, size=None, ax=None):
         ax.plot(buffer_sizes, scores, marker=markers[k % len(markers)], label=label,
                 color=PALETTE[k % len(PALETTE)])
     ax.axhline(1.0, color=PALETTE[7], linestyle="--", linewidth=1)
-    ax.text(buffer_sizes[0], 1.02, "uniform shuffle", fontsize=9, va="bottom")
+    ax.text(buffer_sizes[0], 1.02, "uniform shuffle", fontsize=10, va="bottom")
     ax.axhline(0.0, color=PALETTE[7], linestyle=":", linewidth=1)
     ax.set_xscale("log")
     ax.set_xlabel("shuffle buffer size (samples)" + (f", dataset of {size}" if size else ""))
     ax.set_ylabel("mixing score (class groups)")
     ax.set_ylim(-0.05, 1.2)
-    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(0, 0.8))
+    ax.legend(fontsize=10, loc="upper left", bbox_to_anchor=(0, 0.8))
     return shown_once(fig) if fig is not None else ax.figure
 
 
@@ -103,21 +129,17 @@ def _mixing_vs_buffer_figure():
 
 def _within_shard_figure():
     from talk_helpers.checks.mixing import shuffle_report
-    from talk_helpers.lessons.datasets.shuffling import (
-        CLASSES,
-        SharedSeedShuffle,
-        labels_of,
-        simulate_loader,
-    )
+    from talk_helpers.lessons.datasets.shuffling import CLASSES, labels_of
+    from talk_helpers.model.dataloader import loader_batches
 
     labels = labels_of()
     rng = np.random.default_rng(0)
-    within = []
-    for _ in range(2):      # each of 2 workers shuffles its own half
-        halves = [rng.permutation(h) for h in np.array_split(np.arange(600), 2)]
-        batches = [h[i:i + 20] for i in range(0, 300, 20) for h in halves]
-        within.append(batches)
-    before = [simulate_loader(SharedSeedShuffle(epoch=e), 2, 20) for e in range(2)]
+    within, before = [], []
+    for _ in range(2):      # two epochs, 2 workers, batches of 20
+        halves = np.array_split(np.arange(600), 2)   # each worker shuffles its own half
+        within.append(loader_batches([rng.permutation(h) for h in halves], 20))
+        order = rng.permutation(600)                 # one permutation, then every 2nd id
+        before.append(loader_batches([order[0::2], order[1::2]], 20))
     panels = []
     for title, runs in (("shuffle after sharding", within), ("shuffle before sharding", before)):
         report = shuffle_report([np.concatenate(r) for r in runs], groups=labels, batch_size=20)

@@ -48,7 +48,7 @@ def assignment_grid(data, *, n_ids=None, title=None, ax=None):
               extent=(-0.5, n_ids - 0.5, len(rows) - 0.5, -0.5))
     for (sample, who), times in counts.items():
         if times > 1 and n_ids <= 40:
-            ax.text(sample, rows.index(who), str(times), ha="center", va="center", fontsize=7,
+            ax.text(sample, rows.index(who), str(times), ha="center", va="center", fontsize=10,
                     color="white")
     ax.set_xticks(np.arange(-0.5, n_ids, 1), minor=True)
     ax.set_yticks(np.arange(-0.5, len(rows), 1), minor=True)
@@ -63,8 +63,8 @@ def assignment_grid(data, *, n_ids=None, title=None, ax=None):
                 clip_on=False)
     ax.set_xlabel("sample id")
     ax.set_ylabel("produced by")
-    extra = sum(t - 1 for t in seen.values() if t > 1)
-    summary = (f"{len(seen)} of {n_ids} ids received · {extra} extra copies · "
+    duplicated = sum(1 for t in seen.values() if t > 1)  # ids, as check_exactly_once counts
+    summary = (f"{len(seen)} of {n_ids} ids received · {duplicated} duplicated · "
                f"{len(missing)} missing" + (" (▲)" if missing else ""))
     ax.set_title(f"{title}\n{summary}" if title else summary, fontsize=10, loc="left")
     return shown_once(ax.figure) if own_figure else ax.figure
@@ -102,38 +102,46 @@ def batch_sizes(runs, *, batch_size=None):
     axes[-1, 0].set_xlabel("batch, in the order the main process received it")
     handles = [Patch(color=PALETTE[max(w, 0) % len(PALETTE)], label=_row_name(w))
                for w in workers]
-    fig.legend(handles=handles, loc="outside right upper", fontsize=9, frameon=False)
+    fig.legend(handles=handles, loc="outside right upper", fontsize=10, frameon=False)
     return shown_once(fig)
 
 
 
 # --- The committed figures (imgs/), each from a real run ----------------------------------
 
+def _streams(size, num_workers, policy):
+    """Each worker's ids under a rule of :mod:`talk_helpers.model.sharding` (one id a shard)."""
+    from talk_helpers.model.sharding import stream_ids
+
+    return [stream_ids([1] * size, 0, 1, w, num_workers, policy).tolist()
+            for w in range(num_workers)]
+
+
 def _sharding_figure():
-    from talk_helpers.lessons.datasets.basics import BlockShardedIds, IterableIds, ModuloShardedIds
+    from talk_helpers.lessons.datasets.basics import WorkerStreams
     from talk_helpers.lessons.trace import run_loader
 
     size, kw = 40, {"batch_size": 5, "num_workers": 4}
     return assignment_grids({
-        "IterableIds: no sharding, every worker yields every id":
-            run_loader(IterableIds(size), **kw),
-        "ModuloShardedIds: worker w keeps id % 4 == w":
-            run_loader(ModuloShardedIds(size), **kw),
-        "BlockShardedIds: worker w keeps one contiguous block":
-            run_loader(BlockShardedIds(size), **kw),
+        "no sharding: every worker yields every id":
+            run_loader(WorkerStreams([range(size)] * 4), **kw),
+        "modulo: worker w keeps the ids with id % 4 == w":
+            run_loader(WorkerStreams(_streams(size, 4, "modulo_samples")), **kw),
+        "blocks: worker w keeps one contiguous block":
+            run_loader(WorkerStreams(_streams(size, 4, "contiguous")), **kw),
     }, n_ids=size)
 
 
 def _partial_batches_figure():
-    from talk_helpers.lessons.datasets.basics import MapStyleIds, ModuloShardedIds
+    from talk_helpers.lessons.datasets.basics import MapStyleIds, WorkerStreams
     from talk_helpers.lessons.trace import run_loader
 
     kw = {"batch_size": 10, "num_workers": 4}
+    sharded = WorkerStreams(_streams(100, 4, "modulo_samples"))
     return batch_sizes({
         "map-style, 100 ids": run_loader(MapStyleIds(100), **kw),
-        "iterable sharded by worker, 100 ids": run_loader(ModuloShardedIds(100), **kw),
-        "the same with drop_last=True": run_loader(ModuloShardedIds(100), drop_last=True,
-                                                   **kw),
+        "iterable sharded by worker, 100 ids": run_loader(sharded, **kw),
+        "the same with drop_last=True": run_loader(sharded, drop_last=True, **kw),
     })
 
 

@@ -1,17 +1,16 @@
 """Record what a real DataLoader did: which worker built each batch, in which order the
 main process received the batches, and which index batches it sent out.
 
-Workers never print: every sample carries its worker id back (``toy.basics.tag_workers``)
-and the main process assembles the record.
+Workers never print: every sample carries its worker id back (:func:`tag_workers`) and
+the main process assembles the record.
 """
 
+import re
 from dataclasses import dataclass, field
 
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-from talk_helpers.lessons.datasets.basics import tag_workers
-
-__all__ = ["Batch", "LoaderRun", "run_loader", "list_batches", "WorkerCrashed"]
+__all__ = ["Batch", "LoaderRun", "run_loader", "list_batches", "tag_workers", "WorkerCrashed"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +95,48 @@ def run_loader(dataset, *, batch_size, num_workers, **loader_kwargs) -> LoaderRu
     return run
 
 
+# --- Tagging: which worker produced each sample --------------------------------------------
+# Workers must not print. Instead each sample carries its worker id back to the main process,
+# where the record is made. In the main process (num_workers=0) the worker id is -1.
+
+def _worker_id():
+    info = get_worker_info()
+    return -1 if info is None else info.id
+
+
+class _TaggedMapStyle(Dataset):
+    """Sample ``i`` of a map-style dataset becomes ``{"id": dataset[i], "worker": w}``."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        return {"id": self.dataset[index], "worker": _worker_id()}
+
+
+class _TaggedIterable(IterableDataset):
+    """Each sample of an iterable dataset becomes ``{"id": sample, "worker": w}``."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __iter__(self):
+        worker = _worker_id()
+        for sample in self.dataset:
+            yield {"id": sample, "worker": worker}
+
+
+def tag_workers(dataset):
+    """``dataset`` (iterable or map-style) with every sample tagged by the worker that
+    produced it: ``{"id": sample, "worker": w}``, ``w = -1`` in the main process."""
+    if isinstance(dataset, IterableDataset):
+        return _TaggedIterable(dataset)
+    return _TaggedMapStyle(dataset)
+
+
 class _RecordingIndexSampler:
     """Passes the real index sampler through, noting each index batch as it is sent."""
 
@@ -126,14 +167,37 @@ class WorkerCrashed(RuntimeError):
     """A DataLoader worker process died; the message is the worker's own last error line."""
 
 
+# What a spawned or forkserver worker says when it cannot find a class or function that
+# pickle stored as ``module.name``: the module it looked in is a path on this machine.
+_NOT_FOUND = re.compile(r"Can't get attribute '(?P<name>[^']+)' on <module '(?P<module>[^']+)'"
+                        r"(?: from '[^']*'| \(built-in\))?>")
+_NOTEBOOK_MAINS = ("__main__", "__mp_main__", "talk_helpers.runtime.spawned_child")
+
+
+def _worker_error(cause: str) -> str:
+    """The worker's last error line, without addresses or paths of this machine; a name the
+    worker could not find in the notebook's main module says what to do about it."""
+    cause = re.sub(r"0x[0-9a-f]+", "…", cause)
+    found = _NOT_FOUND.search(cause)
+    if found is None:
+        return cause
+    if found["module"] not in _NOTEBOOK_MAINS:
+        return _NOT_FOUND.sub(r"Can't get attribute '\g<name>' on module '\g<module>'", cause)
+    return (f"{cause[:found.start()]}Can't get attribute '{found['name']}' on the notebook's "
+            f"main module{cause[found.end():]}. `{found['name']}` was defined in an ordinary "
+            f"cell, which a worker started with spawn or forkserver cannot import: start that "
+            f"cell with %%importable")
+
+
 def list_batches(loader):
     """``list(loader)``, except that when a worker process dies, the error raised names
     the worker's own exception instead of only its pid. (The worker prints its traceback
     to stderr, which a notebook may show late or not at all; here it is read back.)"""
     import os
-    import re
     import sys
     import tempfile
+
+    __tracebackhide__ = True  # IPython shows the notebook's line, not this function's
 
     with tempfile.TemporaryFile(mode="w+b") as capture:
         sys.stderr.flush()
@@ -147,8 +211,7 @@ def list_batches(loader):
             capture.seek(0)
             lines = capture.read().decode(errors="replace").strip().splitlines()
             cause = lines[-1] if lines else "no error text"
-            raise WorkerCrashed(f"a DataLoader worker exited: {re.sub(r'0x[0-9a-f]+', '…', cause)}"
-                                ) from None
+            raise WorkerCrashed(f"a DataLoader worker exited: {_worker_error(cause)}") from None
         finally:
             os.dup2(saved, 2)
             os.close(saved)

@@ -18,6 +18,7 @@ PLANNED = {
     "08_fast_loading.ipynb": "Fast loading",
     "09_the_exercise_solved.ipynb": "The exercise, solved",
     "10_auditing_real_libraries.ipynb": "Auditing real libraries",
+    "11_when_it_breaks_in_production.ipynb": "When it breaks in production",
 }
 
 

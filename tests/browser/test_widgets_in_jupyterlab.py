@@ -12,9 +12,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 CELLS = [
     "from talk_helpers.notebook import setup_notebook\nsetup_notebook()",
     "from talk_helpers.lessons.trace import run_loader\n"
-    "from talk_helpers.lessons.datasets.basics import IterableIds\n"
+    "from talk_helpers.lessons.datasets.basics import WorkerStreams\n"
     "from talk_helpers.widgets.dataloader_steps import step_through\n"
-    "step_through(run_loader(IterableIds(6), batch_size=3, num_workers=2), start=3)",
+    "step_through(run_loader(WorkerStreams([range(6)] * 2), batch_size=3, num_workers=2),\n"
+    "             start=3)",
     "from talk_helpers.widgets.hang_predictor import HangPredictor\n"
     "HangPredictor(num_shards=7)",
     "from talk_helpers.widgets.buffer_shuffle import BufferExplorer\nBufferExplorer()",

@@ -1,12 +1,14 @@
-"""The datasets of notebook 03: a dataset stored sorted by class, shuffled in the ways
-people actually write, broken ones included.
+"""Notebook 03's data and what it runs that is not the lesson: a dataset stored sorted by
+class, models of the buffer shuffles of HF datasets and WebDataset (checked against real
+runs), and helpers that collect, simulate and rebatch what loaders yield. The datasets the
+notebook teaches are written in its cells.
 
 Sample ``i`` has class ``i // per_class``: the files are stored class after class, as an
 image folder with one sub-folder per class is. The data is cut into ``num_shards``
 contiguous shards (files); worker ``w`` of ``W`` reads shards ``w, w + W, …``.
 
-Every class keeps the RNG work in ``stream(worker_id, num_workers)``, a plain method, so a
-notebook can also compute what each worker yields without starting one.
+The models keep their RNG work in ``stream(worker_id, num_workers)``, a plain method, so
+:func:`simulate_loader` can compute what each worker yields without starting one.
 """
 
 from __future__ import annotations
@@ -22,10 +24,9 @@ from talk_helpers.model.buffers import buffer_shuffle, unbatch_shuffle_rebatch
 from talk_helpers.model.dataloader import loader_batches
 
 __all__ = [
-    "SIZE", "CLASSES", "ShuffleAfterShard", "ShuffleBeforeShard", "SharedSeedShuffle",
-    "BufferShuffled", "SplitThenShuffleShards", "MysteryShuffle",
-    "webdataset_reads", "same_seed_worker_init", "labels_of", "shard_ranges", "epoch_orders",
-    "collect", "simulate_loader", "rebatched_orders", "show_code",
+    "SIZE", "CLASSES", "BufferShuffled", "SplitThenShuffleShards", "webdataset_reads",
+    "labels_of", "shard_ranges", "epoch_orders", "collect", "simulate_loader",
+    "rebatched_orders", "show_code",
 ]
 
 SIZE = 600          # samples
@@ -46,65 +47,6 @@ def shard_ranges(size: int, num_shards: int) -> list[range]:
 def _worker() -> tuple[int, int]:
     info = get_worker_info()
     return (0, 1) if info is None else (info.id, info.num_workers)
-
-
-def _augment(rng) -> int:
-    """A stand-in for a random augmentation: a crop offset in 0..99."""
-    return rng.randrange(100)
-
-
-class ShuffleAfterShard(IterableDataset):
-    """Pitfall: each worker reads its own shards, then shuffles what it has."""
-
-    def __init__(self, size=SIZE, num_shards=None):
-        self.size, self.num_shards = size, num_shards
-
-    def stream(self, worker_id, num_workers):
-        shards = shard_ranges(self.size, self.num_shards or num_workers)
-        mine = [i for shard in shards[worker_id::num_workers] for i in shard]
-        random.shuffle(mine)          # only shuffles within this worker's shards
-        yield from mine
-
-    def __iter__(self):
-        return self.stream(*_worker())
-
-
-class ShuffleBeforeShard(IterableDataset):
-    """Pitfall: shuffle everything, then keep every W-th sample — with each worker's own
-    (different) default seed. Each sample carries a random augmentation draw."""
-
-    def __init__(self, size=SIZE):
-        self.size = size
-
-    def stream(self, worker_id, num_workers):
-        order = list(range(self.size))
-        random.shuffle(order)         # a different permutation in every worker
-        for i in order[worker_id::num_workers]:
-            yield {"id": i, "aug": _augment(random), "worker": worker_id}
-
-    def __iter__(self):
-        return self.stream(*_worker())
-
-
-def same_seed_worker_init(worker_id):
-    """The tempting "fix": give every worker the same seed."""
-    random.seed(0)
-
-
-class SharedSeedShuffle(IterableDataset):
-    """The fix: two RNG streams. The permutation comes from (seed, epoch), identical in
-    every worker; augmentations come from the per-worker seed DataLoader sets."""
-
-    def __init__(self, size=SIZE, seed=0, epoch=0):
-        self.size, self.seed, self.epoch = size, seed, epoch
-
-    def stream(self, worker_id, num_workers):
-        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.size)
-        for i in order[worker_id::num_workers].tolist():
-            yield {"id": i, "aug": _augment(random), "worker": worker_id}
-
-    def __iter__(self):
-        return self.stream(*_worker())
 
 
 class BufferShuffled(IterableDataset):
@@ -168,26 +110,6 @@ class SplitThenShuffleShards(BufferShuffled):
             buffer[k] = buffer[-1]
             buffer.pop()
         return order
-
-
-class MysteryShuffle(IterableDataset):
-    """A loader to diagnose with the checks (notebook 03's exercise): yields
-    ``{"id", "aug", "worker"}`` like :class:`SharedSeedShuffle`. Read the checks, not
-    this code."""
-
-    def __init__(self, size=SIZE, seed=0, epoch=0, block=50):
-        self.size, self.seed, self.epoch, self.block = size, seed, epoch, block
-
-    def stream(self, worker_id, num_workers):
-        starts = np.random.default_rng([self.seed, self.epoch]).permutation(
-            range(0, self.size, self.block))
-        ids = [i for start in starts.tolist()
-               for i in range(start, min(start + self.block, self.size))]
-        for i in ids[worker_id::num_workers]:
-            yield {"id": i, "aug": _augment(random), "worker": worker_id}
-
-    def __iter__(self):
-        return self.stream(*_worker())
 
 
 # --- a real WebDataset, to check the model against -------------------------------------

@@ -4,24 +4,16 @@ SOLUTIONS = {
     1: """
 my_batches = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 # The batch sampler cuts the sampler's indices into groups of batch_size; the last
-# group holds what is left (set drop_last=True to drop it).
+# group holds what is left (drop_last=True would drop it).
 """,
     2: """
 loader = DataLoader(MapStyleIds(12), batch_size=4, shuffle=True,
                     generator=torch.Generator().manual_seed(0))
-# Rerunning this cell creates the generator again: the same order every time. Within
-# one run, the generator advances, so the next epoch gets a new order (usually wanted).
+# Running the cell again creates the generator again: the same order every time. Within
+# one run the generator advances, so the next epoch gets a new order (usually wanted).
 """,
     3: """
 my_worker = 1
 # Task k goes to worker k % num_workers, and batch k comes from task k: 4 % 3 == 1.
-""",
-    4: """
-my_cause = "b"
-# The report: 10 expected · 10 unique · 10 duplicated, and samples per worker 10, 10:
-# each of the 2 workers read all 10 ids. The source
-# (talk_helpers.lessons.datasets.handed_over) wraps IterableIds, which never asks get_worker_info()
-# who it is, so every worker iterates its own full copy. Every batch is full and nothing raises:
-# only a count finds it. Notebook 02 shards it.
 """,
 }
