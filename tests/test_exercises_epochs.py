@@ -6,7 +6,12 @@ import pytest
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from talk_helpers.exercises.epochs import NO_WORKER_INFO, grade_epochs, grade_worker_seed
+from talk_helpers.exercises.epochs import (
+    NO_WORKER_INFO,
+    grade_epochs,
+    grade_unseeded_generator,
+    grade_worker_seed,
+)
 
 
 def _worker():
@@ -149,3 +154,10 @@ def test_the_worker_seed_is_asked_of_real_workers():
     assert grade_worker_seed(43).passed is False and grade_worker_seed(43).hint
     assert "must be an int" in grade_worker_seed("43").message
 
+
+
+def test_each_wrong_choice_about_an_unseeded_generator_gets_its_own_hint():
+    assert grade_unseeded_generator(None).passed is None
+    assert grade_unseeded_generator("c").ok
+    hints = {grade_unseeded_generator(a).hint for a in ("a", "b")}
+    assert len(hints) == 2 and all(hints)

@@ -16,9 +16,17 @@ from torch.utils.data._utils.collate import default_collate
 
 from talk_helpers.audit.core import TagWorker
 from talk_helpers.checks import check_exactly_once, ids_of
-from talk_helpers.exercises import Grade, is_stub, not_tried, not_yet, passes, raised
+from talk_helpers.exercises import (
+    Grade,
+    choice,
+    is_stub,
+    not_tried,
+    not_yet,
+    passes,
+    raised,
+)
 
-__all__ = ["SIZE", "grade_epochs", "grade_worker_seed"]
+__all__ = ["SIZE", "grade_epochs", "grade_unseeded_generator", "grade_worker_seed"]
 
 SIZE = 48  # ids the grader asks for: 0..SIZE-1
 BATCH_SIZE = 4
@@ -61,6 +69,19 @@ def grade_epochs(dataset_class: type) -> Grade:
     return passes(EXERCISE, f"ids 0..{SIZE - 1} once per epoch and a new order every epoch, "
                          "the same orders without workers, with new workers every epoch and "
                          "with persistent workers")
+
+
+def grade_unseeded_generator(answer) -> Grade:
+    """Exercise 04.2: what two new workers per epoch draw from a generator made, unseeded,
+    in ``__init__``."""
+    hints = {
+        "a": "where is the generator's state made, and how many copies of it are there?",
+        "b": "new workers copy the dataset again, from the main process: has its generator "
+             "drawn anything there since?",
+    }
+    return choice("04.2", answer, options=("a", "b", "c"), correct="c", hints=hints,
+                  explain="every worker copies the main process's generator, which never "
+                          "draws: the same state in both workers, every epoch")
 
 
 def grade_worker_seed(answer) -> Grade:
