@@ -1,5 +1,6 @@
-"""The first functions notebook 05 runs in a real world: what a rank sees, and one
-collective that every rank must join."""
+"""Two small rank functions: what a rank sees, and one collective that every rank must
+join. The runtime's tests run them in real worlds; notebook 05 writes its own in an
+``%%importable`` cell, where the learner can edit them."""
 
 import torch
 import torch.distributed as dist

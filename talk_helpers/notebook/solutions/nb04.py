@@ -1,18 +1,34 @@
 """Solutions to the exercises of notebook 04 (seeds and epochs)."""
 
 SOLUTIONS = {
-    1: """
-# base_seed is one int64 drawn from the loader's generator; worker k adds k.
-generator = torch.Generator().manual_seed(42)
-base_seed = torch.empty((), dtype=torch.int64).random_(generator=generator).item()
-worker_1_seed = base_seed + 1
-worker_1_seed
-""",
-    2: """
-def ids_for(seed, epoch, rank, world_size, worker_id, num_workers, size):
-    # One permutation for everybody, new every epoch; then one slot per (rank, worker).
-    order = np.random.default_rng([seed, epoch]).permutation(size)
-    slot, slots = rank * num_workers + worker_id, world_size * num_workers
-    return order[slot::slots].tolist()
-""",
+    1: '''
+%%importable
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+
+class MyEpochIds(IterableDataset):
+    def __init__(self, size, seed=0):
+        self.size, self.seed = size, seed
+        # Shared memory: persistent workers read the epoch the main process set last.
+        self.epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+
+    def set_epoch(self, epoch):
+        self.epoch.fill_(epoch)
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info else (0, 1)
+        # The same permutation in every worker, a new one every epoch; then my share.
+        order = np.random.default_rng([self.seed, int(self.epoch)]).permutation(self.size)
+        yield from order[worker::workers].tolist()
+''',
+    2: '''
+my_answer = "c"
+# The generator is made once, in the main process, which never draws from it. Every
+# worker unpickles a copy in that same state, so both workers draw the same numbers;
+# next epoch's new workers copy the same untouched state again. DataLoader reseeds only
+# the global random, torch and numpy generators, never one stored on the dataset.
+''',
 }
