@@ -3,8 +3,10 @@
 A DataLoader worker hands each batch to the main process through shared memory: a file
 in ``/dev/shm`` per tensor, until the main process lets go of the batch. With
 ``num_workers`` workers and ``prefetch_factor`` batches each, up to
-``num_workers × prefetch_factor`` batches wait while the training loop holds one more,
-and every rank on a node shares the node's ``/dev/shm``. A container's is small (Docker
+``num_workers × prefetch_factor`` batches wait while the training loop holds the one it
+works on, and, for a moment while the next one arrives, the one before it (measured in a
+private ``/dev/shm``: ``talk_helpers.lessons.small_shm``). Every rank on a node shares the
+node's ``/dev/shm``. A container's is small (Docker
 gives 64 MiB unless told ``--shm-size``), and running out kills or stops a worker
 (pytorch/pytorch#5040).
 """
@@ -22,7 +24,7 @@ from talk_helpers.checks.verdict import mark, verdict_html
 
 __all__ = ["ShmBudgetReport", "batch_bytes", "check_shm_budget"]
 
-HELD_BY_LOOP = 1  # the batch the training loop works on while the workers fill the queue
+HELD_BY_LOOP = 2  # the batch the loop works on, and the one before it while the next arrives
 
 
 def batch_bytes(batch) -> int:
@@ -52,9 +54,9 @@ def check_shm_budget(batch_bytes: int, *, num_workers: int, prefetch_factor: int
     """Check that the batches a node's loaders keep in flight fit in ``shm_bytes``.
 
     ``batch_bytes`` is what one batch takes in shared memory (:func:`batch_bytes`).
-    Each rank keeps ``num_workers × prefetch_factor`` batches waiting plus the one its
-    loop holds; ``ranks_per_node`` ranks share one ``/dev/shm``. Without workers no batch
-    crosses a process, so nothing is needed.
+    Each rank keeps ``num_workers × prefetch_factor`` batches waiting plus the two its
+    loop holds at the peak; ``ranks_per_node`` ranks share one ``/dev/shm``. Without
+    workers no batch crosses a process, so nothing is needed.
     """
     require_int("batch_bytes", batch_bytes, minimum=0)
     require_int("num_workers", num_workers, minimum=0)

@@ -29,6 +29,7 @@ from talk_helpers.checks.verdict import mark, verdict_html
 __all__ = ["WorkerMemoryReport", "check_worker_memory", "dataset_bytes"]
 
 OWNED_LIMIT = 0.5  # a worker owning half the payload or more holds a copy of it
+NOISE_BYTES = 2**20  # less than this is what any worker's heap moves by, copy or not
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
@@ -39,7 +40,8 @@ def check_worker_memory(owned_bytes: Sequence[int], dataset, *,
     ``owned_bytes[w]`` is the unique memory worker ``w`` was measured to own because of
     the dataset; ``dataset`` is the dataset itself (its payload is measured with
     :func:`dataset_bytes`) or its payload in bytes. A worker owning at least ``limit``
-    times the payload holds a copy.
+    times the payload, and more than 1 MiB (below that, a heap's own movements), holds a
+    copy.
     """
     if not isinstance(owned_bytes, Sequence) or isinstance(owned_bytes, str) or not owned_bytes:
         raise TypeError(f"owned_bytes must be a non-empty sequence of byte counts, one per "
@@ -54,7 +56,8 @@ def check_worker_memory(owned_bytes: Sequence[int], dataset, *,
                          f"{payload} bytes")
     if not (isinstance(limit, int | float) and 0 < limit <= 1):
         raise ValueError(f"limit must be a fraction in (0, 1], got {limit!r}")
-    copies = tuple(w for w, value in enumerate(owned_bytes) if value >= limit * payload)
+    copies = tuple(w for w, value in enumerate(owned_bytes)
+                   if value >= limit * payload and value > NOISE_BYTES)
     return WorkerMemoryReport(workers=len(owned_bytes), payload_bytes=payload,
                               copies=copies, limit=float(limit))
 
