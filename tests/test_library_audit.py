@@ -37,8 +37,8 @@ def test_resume_verdict_tells_exact_reordered_and_lossy_runs_apart():
     lossy = in_process(functools.partial(_fixed, batches=[[[0, 1], [1]], [[3], [4]]]),
                        expected=5)
     assert la.resume_verdict(base, same) == (True, "exact")
-    assert la.resume_verdict(base, other) == (True, "same samples, other order")
-    assert la.resume_verdict(base, lossy) == (False, "2 lost · 2 repeated")
+    assert la.resume_verdict(base, other) == (False, "wrong: same samples, other order")
+    assert la.resume_verdict(base, lossy) == (False, "wrong: 2 lost · 2 repeated")
 
 
 def test_table_marks_each_verdict():
@@ -48,6 +48,40 @@ def test_table_marks_each_verdict():
     assert "toy" in text and "✔ yes" in text and "✘ 2 / 1  hang" in text
     assert "✘ repeats" in text and "✔ exact" in text
     assert "<table>" in la.AuditTable([la.LibraryRow("toy", report)])._repr_html_()
+
+
+def test_a_row_never_resumed_reads_not_tried_and_a_crash_reads_crashed():
+    report = in_process(functools.partial(_fixed, batches=[[[0, 1], [2]], [[3], [4]]]),
+                        expected=5)
+    assert "not tried" in repr(la.AuditTable([la.LibraryRow("toy", report)]))
+    assert "not supported" not in repr(la.AuditTable([la.LibraryRow("toy", report)]))
+
+    class Crashed:      # what a real world's report holds when a rank raised
+        world = None
+        error = "rank 1: IndexError: list index out of range"
+
+    crashed = Crashed()
+    verdict = la.resume_verdict(report, crashed)
+    assert verdict == (False, "crashed: IndexError: list index out of range")
+
+
+def test_the_mixing_column_carries_the_verdicts_mark():
+    rng = np.random.default_rng(0)
+    orders = [rng.permutation(64) for _ in range(2)]
+
+    def shuffled(rank, world_size, epoch, *, local):
+        if local:   # each rank shuffles its own half: never mixed
+            ids = np.random.default_rng(epoch).permutation(32) + 32 * rank
+        else:
+            ids = orders[epoch][rank::2]
+        return [ids[i:i + 4] for i in range(0, 32, 4)]
+
+    good = in_process(functools.partial(shuffled, local=False), expected=64, shuffle=True)
+    bad = in_process(functools.partial(shuffled, local=True), expected=64, shuffle=True)
+    text = repr(la.AuditTable([la.LibraryRow("good", good), la.LibraryRow("bad", bad)]))
+    good_line, bad_line = text.splitlines()[1:]
+    assert f"✔ {good.shuffle.mixing:.2f}" in good_line
+    assert f"✘ {bad.shuffle.mixing:.2f}" in bad_line
 
 
 def test_short_error_keeps_the_innermost_exception_only():
@@ -159,7 +193,7 @@ def test_litdata_shuffle_keeps_chunks_together():
     assert report.poorly_mixed and report.shuffle.mixing < 0.3
 
 
-def test_seed_pattern2_silently_drops_the_shards_left_after_integer_division():
+def test_guide_pattern2_silently_drops_the_shards_left_after_integer_division():
     report = in_process(la.make_guide_pattern2, shuffle=False)
     assert len(report.checks[0].exactly_once.missing) == la.GUIDE_SHARDS[-1]
     assert report.checks[0].batch_counts.counts == (5, 5)
@@ -169,7 +203,7 @@ def test_seed_pattern2_silently_drops_the_shards_left_after_integer_division():
 
 
 @pytest.mark.timeout(600)
-def test_seed_webdataset_pattern_raises_under_ddp_and_with_a_node_splitter_rereads_shards():
+def test_guide_webdataset_pattern_raises_under_ddp_and_with_a_node_splitter_rereads_shards():
     raw = audit(la.make_guide_pattern3, world_size=2, epochs=1, expected=la.N_SAMPLES,
                 timeout_s=500)
     assert "explicit nodesplitter" in la.short_error(raw)

@@ -1,11 +1,12 @@
 """The mixing scores' scale, their verdicts and errors; the buffer-shuffle helpers."""
 
+import math
 import random
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import example, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from talk_helpers.checks.mixing import (
@@ -17,6 +18,12 @@ from talk_helpers.checks.mixing import (
     rank_mixing,
     shuffle_report,
     step_report,
+)
+from talk_helpers.checks.uniform_null import (
+    poisson_tail,
+    same_pair_moments,
+    upper_quantile,
+    upper_tail,
 )
 from talk_helpers.model.buffers import buffer_shuffle, unbatch_shuffle_rebatch
 
@@ -129,7 +136,7 @@ def test_issue_example_scored_on_the_global_step_is_poorly_mixed():
     assert report.mixing < 0.5 and not report.well_mixed
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**32 - 1), ranks=st.sampled_from([1, 2, 4]),
        workers=st.sampled_from([1, 2, 4]), micro_batch=st.integers(2, 8),
        block=st.sampled_from([16, 24, 32]))
@@ -143,40 +150,156 @@ def test_a_shard_local_shuffle_never_reads_well_mixed(seed, ranks, workers, micr
     assert not step_report(epochs).well_mixed
 
 
-@settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(600, 2000), batch=st.integers(16, 40))
-def test_uniform_permutations_read_about_one_and_well_mixed(seed, n, batch):
-    rng = np.random.default_rng(seed)
-    report = shuffle_report([rng.permutation(n) for _ in range(2)], batch_size=batch)
-    assert 0.8 <= report.mixing < 1.3
-    assert report.well_mixed and report.ok
+def sampler_epochs(rng, n, world, micro_batch, epochs=2):
+    """DistributedSampler's way: one uniform permutation per epoch, padded to a multiple of
+    ``world`` with its first ids, rank r taking positions r, r + world, …"""
+    out = []
+    for _ in range(epochs):
+        order = rng.permutation(n)
+        total = -(-n // world) * world
+        order = np.concatenate([order, order[:total - n]])
+        out.append([[order[r::world][i:i + micro_batch]
+                     for i in range(0, total // world, micro_batch)] for r in range(world)])
+    return out
 
 
-@settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), world=st.sampled_from([1, 2, 4]),
-       micro_batch=st.integers(8, 32))
-@example(seed=0, world=4, micro_batch=15)  # 64 blocks on rank 0: 3.5 spreads by chance
-def test_uniform_micro_batches_are_never_called_poorly_mixed(seed, world, micro_batch):
-    rng = np.random.default_rng(seed)
-    epochs = []
-    for _ in range(2):
-        order = rng.permutation(1920)
-        epochs.append([[order[r::world][i:i + micro_batch]
-                        for i in range(0, 1920 // world, micro_batch)] for r in range(world)])
-    report = step_report(epochs)
-    assert report.well_mixed or report.too_few_samples
-    assert 0.5 < report.mixing < 1.5
-    assert "poorly mixed" not in repr(report)
+def false_alarms(report_of, seeds) -> int:
+    """Reports of uniform shuffles that are not a clean pass (poorly mixed, mixing
+    unproven, or an order that repeats or stays alike)."""
+    alarms = 0
+    for seed in seeds:
+        report = report_of(np.random.default_rng(seed))
+        alarms += not (report.well_mixed and report.order_changes)
+    return alarms
 
 
-def test_a_small_uniform_sample_says_too_few_samples_rather_than_poorly_mixed():
-    rng = np.random.default_rng(11)
-    reports = [shuffle_report([rng.permutation(48) for _ in range(2)], batch_size=4)
-               for _ in range(40)]
-    assert not any("poorly mixed" in repr(r) for r in reports)
-    unproven = [r for r in reports if not r.well_mixed]
-    assert unproven and all(r.too_few_samples and not r.ok for r in unproven)
-    assert all("too few samples" in repr(r) for r in unproven)
+# Every size the notebooks, the README and the audit's own examples use, from 40 ids
+# (05's drop_last) through 61 (notebooks 09 and 10) to the README's 50,000 (fewer seeds).
+SIZES = {
+    "shuffle 48 ids, batches of 4": lambda g: shuffle_report(
+        [g.permutation(48) for _ in range(2)], batch_size=4),
+    "shuffle 61 ids, batches of 5": lambda g: shuffle_report(
+        [g.permutation(61) for _ in range(2)], batch_size=5),
+    "shuffle 200 ids, batches of 20": lambda g: shuffle_report(
+        [g.permutation(200) for _ in range(2)], batch_size=20),
+    "shuffle 1000 ids, 10 classes, batches of 32": lambda g: shuffle_report(
+        [g.permutation(N) for _ in range(2)], groups=CLASSES, batch_size=BATCH),
+    "2 ranks, 40 ids, micro-batches of 4": lambda g: step_report(sampler_epochs(g, 40, 2, 4)),
+    "2 ranks, 48 ids, micro-batches of 4": lambda g: step_report(sampler_epochs(g, 48, 2, 4)),
+    "2 ranks, 61 ids, micro-batches of 5": lambda g: step_report(sampler_epochs(g, 61, 2, 5)),
+    "2 ranks, 61 ids, 3 epochs": lambda g: step_report(sampler_epochs(g, 61, 2, 5, epochs=3)),
+    "2 ranks, 400 ids, micro-batches of 10": lambda g: step_report(
+        sampler_epochs(g, 400, 2, 10)),
+    "4 ranks, 1920 ids, micro-batches of 15": lambda g: step_report(
+        sampler_epochs(g, 1920, 4, 15)),
+}
+
+
+QUICK = [size for size in SIZES if size.split(" ids")[0].split()[-1] in ("40", "48", "61")]
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_uniform_shuffles_pass_in_at_least_99_percent_of_seeds_at_every_size_used(size):
+    # fixed seeds (300 where a report is quick, 100 above 100 ids): the verdict's
+    # false-alarm rate is below 1 % (MIXING_ALPHA and ORDER_ALPHA are 0.2 % each), and
+    # the test is the same on every run
+    seeds = 300 if size in QUICK else 100
+    assert false_alarms(SIZES[size], range(seeds)) <= seeds // 100
+
+
+def test_uniform_shuffles_pass_at_the_readmes_size():
+    def report_of(rng):
+        return step_report(sampler_epochs(rng, 50_000, 4, 32))
+
+    assert false_alarms(report_of, range(5)) == 0
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize("micro_batch", [8, 15, 32])
+def test_uniform_micro_batches_are_never_called_poorly_mixed(world, micro_batch):
+    # seed 754096 with 2 ranks and micro-batches of 8 was called poorly mixed by the
+    # verdict this one replaced; a fixed sweep of seeds, never a random one
+    for seed in [754096, *range(12)]:
+        report = step_report(sampler_epochs(np.random.default_rng(seed), 1920, world,
+                                            micro_batch))
+        assert report.well_mixed and "poorly mixed" not in repr(report), seed
+        assert 0.5 < report.mixing < 1.5
+
+
+def test_uniform_permutations_read_about_one_and_well_mixed():
+    rng = np.random.default_rng(3)
+    for n, batch in [(600, 16), (999, 27), (2000, 40)]:
+        for _ in range(10):
+            report = shuffle_report([rng.permutation(n) for _ in range(2)], batch_size=batch)
+            assert 0.8 <= report.mixing < 1.3
+            assert report.well_mixed and report.ok
+
+
+def test_too_small_a_size_reads_unproven_whatever_the_seed():
+    # 24 ids in batches of 2: a batch is one pair, and even a loader that never mixed
+    # would pass by chance too often; the verdict says so, and never ✔
+    for seed in range(50):
+        rng = np.random.default_rng(seed)
+        report = shuffle_report([rng.permutation(24) for _ in range(2)], batch_size=2)
+        assert report.too_few_samples and not report.well_mixed and not report.ok
+        assert "too few samples to tell" in repr(report)
+        assert "poorly mixed" not in repr(report)
+
+
+@pytest.mark.parametrize("buffer_size", [2, 4, 8])
+@pytest.mark.parametrize(("n", "micro_batch"), [(48, 4), (61, 5)])
+def test_small_buffers_are_poorly_mixed_at_every_seed(buffer_size, n, micro_batch):
+    for seed in range(30):
+        epochs = []
+        for epoch in range(2):
+            order = np.fromiter(buffer_shuffle(range(n), buffer_size,
+                                               random.Random(1000 * seed + epoch)), np.int64)
+            epochs.append([[order[r::2][i:i + micro_batch]
+                            for i in range(0, n // 2, micro_batch)] for r in range(2)])
+        report = step_report(epochs)
+        assert report.poor and "poorly mixed" in repr(report), seed
+
+
+@pytest.mark.parametrize(("n", "micro_batch"), [(48, 2), (48, 4), (64, 8)])
+def test_shuffle_after_shard_is_poorly_mixed_at_every_seed(n, micro_batch):
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        epochs = [issue_example(rng, micro_batch, n=n) for _ in range(2)]
+        report = step_report(epochs)
+        assert report.poor and not report.well_mixed, seed
+
+
+def test_a_poorly_mixed_order_is_not_called_similar_for_its_neighbours_alone():
+    # each epoch: a random order of 8 blocks of 8 consecutive ids, each block in storage
+    # order; epochs share no block order, but neighbours sit side by side in both
+    rng = np.random.default_rng(2)
+    epochs = [np.concatenate([np.arange(8 * b, 8 * b + 8) for b in rng.permutation(8)])
+              for _ in range(2)]
+    report = shuffle_report(epochs, batch_size=8)
+    assert abs(report.spearman[0]) > 0.8      # 64 samples, but only 8 batches that moved
+    assert report.poor and report.order_finding is None
+
+
+def test_an_order_that_repeats_is_caught_at_every_seed():
+    for seed in range(30):
+        order = np.random.default_rng(seed).permutation(48)
+        report = shuffle_report([order, order.copy()], batch_size=4)
+        assert report.order_repeats and not report.order_changes and not report.ok
+        assert report.order_problem == "order repeats"
+        epochs = sampler_epochs(np.random.default_rng(seed), 48, 2, 4, epochs=1) * 2
+        assert step_report(epochs).order_repeats
+
+
+def test_storage_neighbours_swapped_keep_a_similar_order():
+    # epoch 1 puts id 2j + 1 where epoch 0 had 2j, and the other way round: no position
+    # holds the same sample, yet every position holds the same part of the data
+    order = np.random.default_rng(0).permutation(200)
+    swapped = order ^ 1
+    report = shuffle_report([order, swapped], batch_size=4)
+    assert max(report.unchanged) == 0 and report.spearman[0] > 0.9 and report.well_mixed
+    assert report.order_finding == "similar" and not report.order_changes
+    assert report.order_problem == "similar order across epochs"
+    assert "epochs keep a similar order" in repr(report) and not report.ok
 
 
 def k_of_m_epoch(rng, m, k, block, batch):
@@ -192,7 +315,7 @@ def k_of_m_epoch(rng, m, k, block, batch):
     return order
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**32 - 1),
        mk=st.sampled_from([(2, 1), (4, 1), (4, 2), (8, 1), (8, 2), (8, 4), (16, 2),
                            (16, 4), (16, 8), (32, 4)]),
@@ -342,7 +465,7 @@ def test_non_integer_ids_are_rejected():
         shuffle_report([[0, 1], ["a", "b"]])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(n=st.integers(20, 300), seed=st.integers(0, 2**32 - 1),
        batch_size=st.integers(2, 5))
 def test_scores_are_finite_and_identity_is_never_better(n, seed, batch_size):
@@ -380,3 +503,40 @@ def test_unbatch_shuffle_rebatch_keeps_every_sample_once(n, worker_batch, batch_
 def test_buffer_size_below_one_is_rejected():
     with pytest.raises(ValueError, match="buffer_size"):
         list(buffer_shuffle(range(3), 0, random.Random(0)))
+
+
+# --- the chance distribution behind the verdict --------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "blocks", "sizes"), [
+    (48, 2, [4] * 6), (61, 4, [5] * 12), (200, 8, [20] * 10), (30, 3, [2, 5, 7, 3]),
+])
+def test_same_pair_moments_match_uniform_shuffles(n, blocks, sizes):
+    labels = np.arange(n) * blocks // n
+    moments = same_pair_moments(np.bincount(labels), sizes)
+    rng = np.random.default_rng(0)
+    batch = np.repeat(np.arange(len(sizes)), sizes)
+    draws = []
+    for _ in range(4000):
+        counts = np.bincount(batch * blocks + rng.permutation(labels)[:len(batch)])
+        draws.append(int((counts * (counts - 1) // 2).sum()))
+    assert moments.total == sum(b * (b - 1) // 2 for b in sizes)
+    assert np.mean(draws) == pytest.approx(moments.mean, rel=0.02)
+    assert np.var(draws) == pytest.approx(moments.variance, rel=0.1)
+    # the tail the verdict reads is no lighter than the real one at its level
+    cut = upper_quantile(0.01, moments)
+    assert np.mean(np.array(draws) >= cut) <= 0.015
+    assert upper_tail(cut, moments) == pytest.approx(0.01, rel=1e-6)
+
+
+def test_chance_tails_match_known_values():
+    from talk_helpers.checks.uniform_null import PairMoments, _chi2_sf
+
+    assert _chi2_sf(5.0, 2) == pytest.approx(np.exp(-2.5))
+    assert _chi2_sf(3.841459, 1) == pytest.approx(0.05, rel=1e-5)
+    assert _chi2_sf(18.307038, 10) == pytest.approx(0.05, rel=1e-5)
+    below = sum(math.exp(-1) / math.factorial(k) for k in range(6))
+    assert poisson_tail(6, 1.0) == pytest.approx(1 - below, rel=1e-6)
+    assert poisson_tail(0, 3.0) == 1.0
+    flat = PairMoments(mean=5.0, variance=0.0, dof=0.0, total=10.0)
+    assert upper_tail(5.0, flat) == 1.0 and upper_tail(6.0, flat) == 0.0

@@ -1,4 +1,4 @@
-"""Is this shuffle any good? A measured answer, plus the buffer shuffles libraries use.
+"""Is this shuffle any good? A measured answer, with a verdict a uniform shuffle passes.
 
 :func:`shuffle_report` looks at the order in which samples came out in two or more epochs,
 :func:`step_report` at what each rank fed its model at each step, and both answer:
@@ -29,12 +29,26 @@ chance (stratified batches). Pairs are pooled over all batches before the ratio 
   that: two distant blocks look *more* spread than a uniform draw. It is still computed,
   as ``ShuffleReport.spread``, but never judged.)
 
-**Verdict.** Well mixed means a score of at least :data:`GOOD_MIXING`. Small samples
-scatter: the report draws :data:`NULL_DRAWS` uniform shuffles of the same batch sizes and
-prints the spread of their score ("uniform shuffle ≈ 1 ± 0.15 at this size"). Below
-:data:`GOOD_MIXING`, it says *poorly mixed* when batches share labels more often than
-those uniform shuffles do by more than :data:`CHANCE_SDS` spreads, and *mixing unproven:
-too few samples to tell* otherwise. Neither is a ✔.
+**Verdict: a test against a uniform shuffle.** For every score it looks at (each block
+count; with :func:`step_report`, each rank's micro-batches and the global step) the report
+knows how a uniform shuffle of the same epochs, cut into batches of the same sizes, would
+scatter the same-label pair count: its exact mean and variance, and a chi-square tail
+(:mod:`talk_helpers.checks.uniform_null`). The verdict is
+
+* **poorly mixed** (✘) when some score is below :data:`GOOD_MIXING` *and* its pairs share
+  labels more often than a uniform shuffle does with probability :data:`MIXING_ALPHA`,
+  divided among all the scores compared (Bonferroni), so a uniform shuffle is called
+  poorly mixed less than once in 500 reports whatever their size;
+* **mixing unproven: too few samples to tell** (⚠, not ✔) when, at these sizes, even a
+  loader scoring :data:`POOR_MIXING` would usually pass: a question of sizes alone, never
+  of chance, so a size either always or never reads "unproven";
+* **well mixed** (✔) otherwise. At small sizes a uniform shuffle's score scatters widely:
+  the report prints that spread ("uniform shuffle ≈ 1 ± 0.17 at this size").
+
+The order is judged the same way: **order repeats** when at least :data:`STALE_ORDER` of
+the positions hold the same sample in consecutive epochs, **epochs keep a similar order**
+when the rank correlation is at least :data:`STALE_ORDER` and beyond what chance gives
+with probability :data:`ORDER_ALPHA` (divided among the sequences compared).
 
 What a training step sees is each rank's micro-batch, and the global step (all ranks'
 micro-batches of one step together). :func:`step_report` scores both and its verdict is
@@ -44,7 +58,7 @@ inverse Simpson index of the labels in each micro-batch ("effective shards per
 micro-batch": 1 when every micro-batch comes from one shard, about 5.8 for a uniform draw
 of 8 from 16 equal shards).
 
-Everything is computed with numpy on whole epochs at once.
+Everything is computed with numpy on whole epochs at once, in time linear in the samples.
 """
 
 from __future__ import annotations
@@ -52,34 +66,46 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 
 from talk_helpers.arguments import require_int
+from talk_helpers.checks.uniform_null import (
+    NONE,
+    PairMoments,
+    poisson_tail,
+    same_pair_moments,
+    upper_quantile,
+    upper_tail,
+)
 from talk_helpers.checks.verdict import verdict_html
 
 __all__ = [
-    "GOOD_MIXING", "STALE_ORDER", "MIN_SAME_PAIRS", "MAX_BLOCKS", "NULL_DRAWS", "CHANCE_SDS",
+    "GOOD_MIXING", "POOR_MIXING", "STALE_ORDER", "MIN_SAME_PAIRS", "MAX_BLOCKS",
+    "MIXING_ALPHA", "ORDER_ALPHA",
     "ShuffleReport", "StepMixing",
     "shuffle_report", "step_report", "rank_mixing", "batch_mixing", "effective_groups",
     "block_counts",
 ]
 
-GOOD_MIXING = 0.8      # the verdict asks for at least this mixing score
-STALE_ORDER = 0.5      # ... and consecutive epochs less alike than this (|Spearman|, unchanged)
+GOOD_MIXING = 0.8      # a score below this, beyond chance, is "poorly mixed"
+POOR_MIXING = 0.25     # "too few samples" when a loader scoring this would usually pass
+STALE_ORDER = 0.5      # order repeats: this share of positions unchanged; similar order:
+                       # |Spearman| at least this, beyond chance
 MIN_SAME_PAIRS = 30    # a block count is scored when a uniform shuffle puts this many
                        # same-block pairs in the batches (fewer would be mostly noise)
 MAX_BLOCKS = 64        # the finest storage blocks scored: 1/64 of the dataset each
-NULL_DRAWS = 32        # uniform shuffles drawn to measure a score's spread at this size
-CHANCE_SDS = 4.0       # "poorly mixed" (not "too few samples") beyond this many spreads:
-                       # a report makes up to 30 comparisons (block counts × ranks and
-                       # steps), and at 3 a uniform shuffle was now and then called poor
+MIXING_ALPHA = 0.002   # P(a uniform shuffle is called poorly mixed), all scores together
+ORDER_ALPHA = 0.002    # P(a uniform shuffle's epochs are called alike), all pairs together
 
 
 # --- reading the arguments ---------------------------------------------------------------
 
 
 def _as_ids(epoch, where: str) -> np.ndarray:
+    if isinstance(epoch, np.ndarray) and epoch.ndim == 1 and epoch.dtype.kind in "iu":
+        return epoch.astype(np.int64, copy=False)
     if hasattr(epoch, "detach"):  # a torch tensor
         epoch = epoch.detach().cpu().numpy()
     try:
@@ -124,45 +150,133 @@ class _Labels:
     """Storage ranks and group codes of the distinct ids seen, and lookups into them."""
 
     def __init__(self, all_ids: np.ndarray, groups=None):
-        self.distinct = np.unique(all_ids)
+        self._lookup, self._uniform = None, {}
+        if all_ids.size and all_ids.min() >= 0 and all_ids.max() < 4 * all_ids.size + 1024:
+            present = np.bincount(all_ids) > 0          # linear time for dense ids
+            self.distinct = np.flatnonzero(present)
+            self._lookup = np.cumsum(present) - 1
+        else:
+            self.distinct = np.unique(all_ids)
         self.n = len(self.distinct)
         self.group_codes = None if groups is None else _group_labels(groups, self.distinct)
+        self.n_groups = None if groups is None else int(self.group_codes.max()) + 1
 
     def rank(self, ids: np.ndarray) -> np.ndarray:
+        if self._lookup is not None:
+            return self._lookup[ids]
         return np.searchsorted(self.distinct, ids)
 
-    def codes(self, ids: np.ndarray, blocks: int | None) -> np.ndarray:
-        """Group codes (``blocks=None``) or storage-block codes of ``ids``."""
+    def codes(self, ranks: np.ndarray, blocks: int | None) -> np.ndarray:
+        """Group codes (``blocks=None``) or storage-block codes of storage ``ranks``."""
         if blocks is None:
-            return self.group_codes[self.rank(ids)]
-        return self.rank(ids) * blocks // self.n
+            return self.group_codes[ranks]
+        return ranks * blocks // self.n
+
+    def n_labels(self, blocks: int | None) -> int:
+        return self.n_groups if blocks is None else blocks
 
     def same_uniform(self, blocks: int | None) -> float:
         """P(two distinct samples share a label) under a uniform draw."""
+        if blocks not in self._uniform:
+            self._uniform[blocks] = self._same_uniform(blocks)
+        return self._uniform[blocks]
+
+    def _same_uniform(self, blocks: int | None) -> float:
         codes = (self.group_codes if blocks is None
                  else np.arange(self.n) * blocks // self.n)
         sizes = np.bincount(codes).astype(np.float64)
         return float((sizes * (sizes - 1)).sum() / (self.n * (self.n - 1)))
 
 
-# --- the scores -------------------------------------------------------------------------
+# --- a view of the batches: one rank's micro-batches, the global steps, or all batches ----
 
 
-def _pairs(batches: list[np.ndarray]) -> float:
-    return float(sum(len(b) * (len(b) - 1) // 2 for b in batches))
+@dataclass(frozen=True)
+class _View:
+    """Batches of one view, epoch by epoch: the storage ranks of their samples
+    (concatenated), the batch each sample is in, and the batch sizes (batches of at least 2
+    samples); ``pools[e]``: the storage ranks of every sample of epoch ``e``, what a
+    uniform shuffle would cut those batches from (shared by the views of one report)."""
+
+    ranks: list[np.ndarray]
+    batch: list[np.ndarray]
+    sizes: list[np.ndarray]
+    pools: list[np.ndarray]
+
+    @classmethod
+    def of(cls, labels: _Labels, epochs: list[list[np.ndarray]],
+           pools: list[np.ndarray]) -> _View:
+        ranks, batch, sizes = [], [], []
+        for batches in epochs:
+            kept = [b for b in batches if len(b) >= 2]
+            ranks.append(labels.rank(np.concatenate(kept)) if kept
+                         else np.empty(0, np.int64))
+            sizes.append(np.array([len(b) for b in kept], dtype=np.int64))
+            batch.append(np.repeat(np.arange(len(kept), dtype=np.int64), sizes[-1]))
+        return cls(ranks, batch, sizes, pools)
+
+    @property
+    def pairs(self) -> float:
+        return float(sum(int((s * (s - 1) // 2).sum()) for s in self.sizes))
 
 
-def _same_pairs(code_batches: list[np.ndarray]) -> tuple[float, float]:
-    """(pairs of samples in one batch sharing a code, all pairs in one batch)."""
-    batches = [b for b in code_batches if len(b) >= 2]
-    if not batches:
-        return 0.0, 0.0
-    lengths = np.array([len(b) for b in batches], dtype=np.int64)
-    codes = np.concatenate(batches).astype(np.int64)
-    top = int(codes.max()) + 1
-    key = np.repeat(np.arange(len(batches), dtype=np.int64), lengths) * top + codes
-    counts = np.unique(key, return_counts=True)[1].astype(np.float64)
-    return float((counts * (counts - 1) / 2).sum()), float((lengths * (lengths - 1) / 2).sum())
+def _same_pairs(codes: np.ndarray, batch: np.ndarray, n_batches: int, n_labels: int) -> int:
+    """Pairs of samples in one batch sharing a code (``batch[i]``: the batch of sample i)."""
+    if not n_batches:
+        return 0
+    key = batch * n_labels + codes
+    if n_batches * n_labels <= 1 << 24:
+        counts = np.bincount(key, minlength=n_batches * n_labels)
+    else:
+        counts = np.unique(key, return_counts=True)[1]
+    counts = counts.astype(np.int64)
+    return int((counts * (counts - 1) // 2).sum())
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """One view at one labelling: the same-label pairs seen, what a uniform shuffle would
+    give, and the score."""
+
+    same: float
+    null: PairMoments
+    uniform: float        # P(two distinct samples share a label): the score's scale
+
+    @property
+    def score(self) -> float:
+        return _ratio(self.same, self.null.total, self.uniform)
+
+    @property
+    def chance(self) -> float:
+        """Spread of a uniform shuffle's score: its pair-count spread through the score."""
+        if self.null.variance <= 0:
+            return float("nan")
+        sd = math.sqrt(self.null.variance)
+        high = _ratio(max(self.null.mean - sd, 0.5), self.null.total, self.uniform)
+        low = _ratio(self.null.mean + sd, self.null.total, self.uniform)
+        return abs(high - low) / 2
+
+    def p_value(self) -> float:
+        return upper_tail(self.same, self.null)
+
+    def detectable(self, alpha: float) -> float:
+        """The highest score a loader could have and still be caught at level ``alpha``."""
+        return _ratio(upper_quantile(alpha, self.null), self.null.total, self.uniform)
+
+
+def _measure(labels: _Labels, view: _View, blocks: int | None,
+             epochs: list[int] | None = None) -> _Measured:
+    same, null = 0, NONE
+    n_labels = labels.n_labels(blocks)
+    for e in (range(len(view.sizes)) if epochs is None else epochs):
+        sizes = view.sizes[e]
+        if not len(sizes):
+            continue
+        same += _same_pairs(labels.codes(view.ranks[e], blocks), view.batch[e], len(sizes),
+                            n_labels)
+        pool = np.bincount(labels.codes(view.pools[e], blocks), minlength=n_labels)
+        null = null + same_pair_moments(pool, sizes)
+    return _Measured(float(same), null, labels.same_uniform(blocks))
 
 
 def _ratio(same: float, total: float, same_uniform: float) -> float:
@@ -187,83 +301,103 @@ def block_counts(n_distinct: int, pairs: float) -> tuple[int, ...]:
     return tuple(counts)
 
 
+# --- the verdict over several views and labellings ---------------------------------------
+
+
 @dataclass(frozen=True)
-class _Measured:
-    """A score, its value per block count, and how far chance alone moves it."""
+class _Judged:
+    """Scores per view (worst over its labellings), per labelling for the worst view,
+    the spread at the worst score, and the verdict."""
 
-    score: float                   # smallest over the block counts, or the group score
-    per_count: dict[int, float]    # block count -> score ({} for groups)
-    chance: float                  # spread of a uniform shuffle's score at the worst count
-    poor: bool                     # below GOOD_MIXING with more same-label pairs than
-                                   # chance explains, at some block count
+    scores: list[float]              # per view
+    per_count: dict[int, float]      # block count -> score, for the worst view ({} groups)
+    chance: float
+    poor: bool
+    unproven: bool
 
-
-def _null(key_base: np.ndarray, universe: np.ndarray, rng) -> tuple[float, float]:
-    """Mean and spread of same-label pair counts when batches of the same sizes are drawn
-    by uniform shuffles of the whole dataset (``universe``: the label of every id)."""
-    need = len(key_base)
-    copies = -(-need // len(universe))
-    draws = []
-    for _ in range(NULL_DRAWS):
-        codes = np.concatenate([rng.permutation(universe) for _ in range(copies)])[:need]
-        counts = np.unique(key_base + codes, return_counts=True)[1]
-        draws.append(float((counts * (counts - 1) / 2).sum()))
-    return float(np.mean(draws)), float(np.std(draws, ddof=1))
+    @property
+    def score(self) -> float:
+        return _worst(self.scores)
 
 
-def _measure(labels: _Labels, batches: list[np.ndarray], count: int | None,
-             rng) -> tuple[float, float, bool]:
-    """(score, spread of a uniform shuffle's score, judged poor) for one labelling."""
-    kept = [b for b in batches if len(b) >= 2]
-    if not kept:
-        return float("nan"), float("nan"), True
-    codes = np.concatenate([labels.codes(b, count) for b in kept]).astype(np.int64)
-    lengths = np.array([len(b) for b in kept], dtype=np.int64)
-    universe = labels.codes(labels.distinct, count).astype(np.int64)
-    top = int(universe.max()) + 1
-    base = np.repeat(np.arange(len(kept), dtype=np.int64), lengths) * top
-    counts = np.unique(base + codes, return_counts=True)[1].astype(np.float64)
-    same = float((counts * (counts - 1) / 2).sum())
-    total = float((lengths * (lengths - 1) / 2).sum())
-    uniform = labels.same_uniform(count)
-    score = _ratio(same, total, uniform)
-    if not math.isfinite(score):
-        return score, float("nan"), True
-    mean, spread = _null(base, universe, rng)
-    # Spread of the score: the pair-count spread through the score's slope at the mean.
-    low, high = _ratio(mean + spread, total, uniform), _ratio(max(mean - spread, 0.5),
-                                                             total, uniform)
-    chance = abs(high - low) / 2
-    # Judged on the pair counts, where chance is close to symmetric.
-    poor = score < GOOD_MIXING and same > mean + CHANCE_SDS * spread
-    return score, chance, poor
+def _judge(labels: _Labels, views: list[_View], counts: tuple) -> _Judged:
+    """Every view at every labelling in ``counts`` (block counts, or ``(None,)`` for
+    groups), tested against a uniform shuffle with :data:`MIXING_ALPHA` shared among them."""
+    table = [{m: _measure(labels, view, m) for m in counts} for view in views]
+    finite = [(v, m) for v, row in enumerate(table) for m, r in row.items()
+              if math.isfinite(r.score)]
+    alpha = MIXING_ALPHA / max(len(finite), 1)
+    poor = any(table[v][m].score < GOOD_MIXING and table[v][m].p_value() < alpha
+               for v, m in finite)
+    unproven = any(max((r.detectable(alpha) for r in row.values()
+                        if math.isfinite(r.score)), default=float("nan")) < POOR_MIXING
+                   for row in table)
+    scores = [min((r.score for r in row.values()), default=float("nan"))
+              if all(math.isfinite(r.score) for r in row.values()) and row else float("nan")
+              for row in table]
+    if not finite or not all(math.isfinite(s) for s in scores):
+        return _Judged(scores, {}, float("nan"), True, False)
+    worst_view = min(range(len(views)), key=lambda v: scores[v])
+    row = table[worst_view]
+    worst_count = min(row, key=lambda m: row[m].score)
+    per_count = {} if counts == (None,) else {m: r.score for m, r in row.items()}
+    return _Judged(scores, per_count, row[worst_count].chance, poor, unproven and not poor)
 
 
-def _score(labels: _Labels, batches: list[np.ndarray],
-           counts: tuple[int, ...] | None, judge: bool = True) -> _Measured:
-    """The score of ``batches``: group mixing when ``counts`` is None, else the smallest
-    storage-block score over ``counts``. ``judge=False`` skips the chance estimate."""
-    rng = np.random.default_rng(0)
-    if counts is None:
-        if not judge:
-            same, total = _same_pairs([labels.codes(b, None) for b in batches])
-            return _Measured(_ratio(same, total, labels.same_uniform(None)), {},
-                             float("nan"), False)
-        score, chance, poor = _measure(labels, batches, None, rng)
-        return _Measured(score, {}, chance, poor)
-    per_count, chances, poor = {}, {}, False
-    for m in counts:
-        if judge:
-            per_count[m], chances[m], poor_here = _measure(labels, batches, m, rng)
-            poor = poor or poor_here
-        else:
-            same, total = _same_pairs([labels.codes(b, m) for b in batches])
-            per_count[m] = _ratio(same, total, labels.same_uniform(m))
-    finite = {m: s for m, s in per_count.items() if math.isfinite(s)}
-    if not finite:
-        return _Measured(float("nan"), per_count, float("nan"), True)
-    worst = min(finite, key=finite.get)
-    return _Measured(finite[worst], per_count, chances.get(worst, float("nan")), poor)
+def _scores_only(labels: _Labels, view: _View, counts: tuple,
+                 epochs: list[int] | None = None) -> float:
+    """The worst score of ``view`` over ``counts``, without a verdict."""
+    scores = [_measure(labels, view, m, epochs).score for m in counts]
+    return min(scores) if scores and all(math.isfinite(s) for s in scores) else float("nan")
+
+
+# --- the order across epochs ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _PairStats:
+    """Two consecutive epochs' sequences (of one rank, or of everything) compared."""
+
+    n: int               # positions compared
+    same: int            # positions holding the same sample
+    rho: float           # Spearman rank correlation
+    expected: float      # positions two unrelated orders of these samples would share
+    batches: int         # batches the positions form: the correlation's sample size
+
+    @classmethod
+    def of(cls, a: np.ndarray, b: np.ndarray, batch_size: int) -> _PairStats:
+        n = min(len(a), len(b))
+        a, b = a[:n], b[:n]
+        same = int(np.sum(a == b))
+        batches = -(-n // max(batch_size, 1))
+        if n < 2:
+            return cls(n, same, 1.0, 1.0, batches)
+        both = np.concatenate([a, b])
+        counts = _value_counts(both)
+        shares = counts / len(both)
+        return cls(n, same, _spearman(a, b), max(1.0, n * float((shares * shares).sum())),
+                   batches)
+
+
+def _order_finding(pairs: list[_PairStats]) -> str | None:
+    """"repeats", "similar" or None: repeats when at least STALE_ORDER of the positions
+    hold the same sample (beyond chance), similar when |Spearman| ≥ STALE_ORDER beyond
+    chance; ORDER_ALPHA is shared among the pairs compared. The correlation's chance is
+    taken at one position per batch: a poorly mixed batch holds neighbours, whose
+    positions move together, so counting every sample would find order where there is
+    only poor mixing."""
+    alpha = ORDER_ALPHA / max(len(pairs), 1)
+    z_crit = NormalDist().inv_cdf(1 - alpha / 2)
+    if any(p.n >= 2 and p.same >= STALE_ORDER * p.n and poisson_tail(p.same, p.expected) < alpha
+           for p in pairs):
+        return "repeats"
+    if any(p.batches >= 3 and abs(p.rho) >= STALE_ORDER
+           and abs(p.rho) * math.sqrt(p.batches - 1) >= z_crit for p in pairs):
+        return "similar"
+    return None
+
+
+# --- the scores of batches, without a verdict ----------------------------------------------
 
 
 def _effective(labels: _Labels, batches: list[np.ndarray]) -> float:
@@ -271,7 +405,7 @@ def _effective(labels: _Labels, batches: list[np.ndarray]) -> float:
     values = []
     for batch in batches:
         if len(batch):
-            p = np.bincount(labels.codes(batch, None)) / len(batch)
+            p = np.bincount(labels.codes(labels.rank(batch), None)) / len(batch)
             values.append(1.0 / float((p * p).sum()))
     return float(np.mean(values)) if values else float("nan")
 
@@ -285,9 +419,11 @@ def batch_mixing(batches, groups=None) -> float:
     """The mixing score of ``batches`` (a list of id batches, as seen): group mixing
     with ``groups``, else the smallest storage-block score; see the module docstring."""
     batches = _batches(batches, "batches")
-    labels = _Labels(np.concatenate(batches) if batches else np.empty(0, np.int64), groups)
-    counts = None if groups is not None else block_counts(labels.n, _pairs(batches))
-    return _score(labels, batches, counts, judge=False).score
+    all_ids = np.concatenate(batches) if batches else np.empty(0, np.int64)
+    labels = _Labels(all_ids, groups)
+    view = _View.of(labels, [batches], [labels.rank(all_ids)])
+    counts = (None,) if groups is not None else block_counts(labels.n, view.pairs)
+    return _scores_only(labels, view, counts)
 
 
 def effective_groups(batches, groups) -> float:
@@ -303,8 +439,7 @@ def effective_groups(batches, groups) -> float:
 def _batches(batches, name: str) -> list[np.ndarray]:
     if isinstance(batches, (str, bytes)) or not hasattr(batches, "__len__"):
         raise TypeError(f"{name} must be a list of batches, each a sequence of sample ids")
-    out = [_as_ids(b, f"{name}[{i}]") for i, b in enumerate(batches)]
-    return out
+    return [_as_ids(b, f"{name}[{i}]") for i, b in enumerate(batches)]
 
 
 # --- legacy: the storage-position spread -------------------------------------------------
@@ -329,40 +464,40 @@ def batch_spread(order: np.ndarray, storage_rank: np.ndarray, n_distinct: int,
 def _worst(scores: list[float]) -> float:
     """The smallest score; NaN (not measurable) when any part could not be scored."""
     scores = [float(s) for s in scores]
-    return min(scores) if all(math.isfinite(s) for s in scores) else float("nan")
+    return min(scores) if scores and all(math.isfinite(s) for s in scores) else float("nan")
 
 
-def _well_mixed(mixing: float, poor: bool | None) -> bool:
-    return bool(math.isfinite(mixing) and mixing >= GOOD_MIXING)
-
-
-def _verdict(mixing: float, poor: bool | None, chance: float | None) -> str:
+def _verdict(mixing: float, poor: bool, unproven: bool, chance: float | None) -> str:
     """'well mixed (mixing 0.93; uniform shuffle ≈ 1 ± 0.05 at this size, none = 0)'."""
     noise = (f" ± {chance:.2f} at this size" if chance is not None and math.isfinite(chance)
              else "")
     if not math.isfinite(mixing):
         return "mixing not measured: some part has no batch of 2 samples or one label only"
     scale = f"mixing {mixing:.2f}; uniform shuffle ≈ 1{noise}, none = 0"
-    if _well_mixed(mixing, poor):
-        return f"well mixed ({scale})"
-    if poor is False and math.isfinite(mixing):
+    if poor:
+        return f"poorly mixed ({scale})"
+    if unproven:
         return f"mixing unproven: too few samples to tell ({scale})"
-    return f"poorly mixed ({scale})"
+    return f"well mixed ({scale})"
 
 
 class _MixingVerdict:
-    """What every mixing report shares: the verdict read from ``mixing`` and ``poor``,
-    and the plain and HTML reprs built from ``_lines()``."""
+    """What every mixing report shares: the verdict read from ``mixing``, ``poor`` and
+    ``unproven``, and the plain and HTML reprs built from ``_lines()``."""
 
     @property
     def well_mixed(self) -> bool:
-        """The mixing score is at least GOOD_MIXING."""
-        return _well_mixed(self.mixing, self.poor)
+        """Measured, not worse than a uniform shuffle beyond chance, at a size that would
+        have caught a poor one."""
+        return bool(math.isfinite(self.mixing) and not self.poor and not self.unproven)
 
     @property
     def too_few_samples(self) -> bool:
-        """Below GOOD_MIXING, but by no more than chance explains at this size."""
-        return not self.well_mixed and self.poor is False and math.isfinite(self.mixing)
+        """Not poorly mixed, but at these sizes a poorly mixed loader would pass too."""
+        return bool(math.isfinite(self.mixing) and not self.poor and self.unproven)
+
+    def _mixing_text(self) -> str:
+        return _verdict(self.mixing, self.poor, self.unproven, self.chance)
 
     def __repr__(self) -> str:
         return "\n".join(self._lines())
@@ -372,6 +507,12 @@ class _MixingVerdict:
         return verdict_html(first[:1], first[2:], details=rest)
 
 
+_ORDER_TEXT = {None: "order changes every epoch", "repeats": "order repeats across epochs",
+               "similar": "epochs keep a similar order"}
+_ORDER_PROBLEM = {None: None, "repeats": "order repeats",
+                  "similar": "similar order across epochs"}
+
+
 @dataclass(repr=False)  # the report reads as its verdict
 class ShuffleReport(_MixingVerdict):
     """What :func:`shuffle_report` or :func:`step_report` measured; ``ok`` is the verdict.
@@ -379,6 +520,7 @@ class ShuffleReport(_MixingVerdict):
     ``mixing`` is the judged score: the worst of each rank's micro-batches and the global
     step (``step_report``), else group mixing (``groups`` given), else the storage-block
     score. ``blocks`` maps each block count to its score (no ``groups``).
+    ``order_finding``: None (the order changes), "repeats" or "similar".
     """
 
     epochs: int
@@ -398,7 +540,9 @@ class ShuffleReport(_MixingVerdict):
     rank_effective: list[float] | None = None  # step_report + groups: effective groups
     world_size: int | None = None
     chance: float | None = None   # spread of a uniform shuffle's score at this size
-    poor: bool | None = None      # more same-label pairs than chance explains
+    poor: bool = False            # below GOOD_MIXING and beyond chance
+    unproven: bool = False        # too few samples: a poor loader would pass too
+    order_finding: str | None = None
 
     @property
     def mixing(self) -> float:
@@ -411,9 +555,20 @@ class ShuffleReport(_MixingVerdict):
 
     @property
     def order_changes(self) -> bool:
-        """True when every epoch differs from the previous one (not just a few positions)."""
-        return all(u < STALE_ORDER and abs(r) < STALE_ORDER
-                   for u, r in zip(self.unchanged, self.spearman, strict=True))
+        """True when no epoch repeats the previous one's order or keeps a similar one
+        (beyond what chance gives a uniform shuffle)."""
+        return self.order_finding is None
+
+    @property
+    def order_repeats(self) -> bool:
+        """Consecutive epochs hold the same sample at most positions."""
+        return self.order_finding == "repeats"
+
+    @property
+    def order_problem(self) -> str | None:
+        """A headline's words for the order: "order repeats", "similar order across
+        epochs", or None when it changes."""
+        return _ORDER_PROBLEM[self.order_finding]
 
     @property
     def ok(self) -> bool:
@@ -423,13 +578,7 @@ class ShuffleReport(_MixingVerdict):
         mark = "✔" if self.ok else "✘"
         unchanged = max(self.unchanged)
         rho = max(self.spearman, key=abs)
-        if self.order_changes:
-            change = "order changes every epoch"
-        elif unchanged >= STALE_ORDER:
-            change = "order repeats across epochs"
-        else:
-            change = "epochs keep a similar order"
-        head = f"{mark} shuffle: {change} · {_verdict(self.mixing, self.poor, self.chance)}"
+        head = f"{mark} shuffle: {_ORDER_TEXT[self.order_finding]} · {self._mixing_text()}"
         what = "micro-batches" if self.rank_scores is not None else "batches"
         detail = (f"  {self.epochs} epochs × {self.samples_per_epoch} samples · "
                   f"{what} of {self.batch_size} · "
@@ -455,13 +604,6 @@ class ShuffleReport(_MixingVerdict):
         scores = self.group_scores if self.group_scores is not None else self.block_scores
         per_epoch = ", ".join(f"{s:.2f}" for s in scores)
         return [f"  {basis}; per epoch: {per_epoch}"]
-
-
-def _order_stats(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    n = min(len(a), len(b))
-    if n < 2:
-        return float(np.mean(a[:n] == b[:n])) if n else 1.0, 1.0
-    return float(np.mean(a[:n] == b[:n])), _spearman(a[:n], b[:n])
 
 
 def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None) -> ShuffleReport:
@@ -494,33 +636,35 @@ def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None) -> 
         raise ValueError(f"each epoch in epoch_orders needs at least 2 samples, got {n}")
     batch_size = _check_batch_size(batch_size, n)
 
-    stacked = np.stack(orders)
-    labels = _Labels(stacked.reshape(-1), groups)
-    unchanged = [float(np.mean(a == b)) for a, b in zip(orders, orders[1:], strict=False)]
-    spearman = [_spearman(a, b) for a, b in zip(orders, orders[1:], strict=False)]
+    labels = _Labels(np.concatenate(orders), groups)
+    pairs = [_PairStats.of(a, b, batch_size) for a, b in zip(orders, orders[1:], strict=False)]
+    unchanged = [p.same / p.n for p in pairs]
+    spearman = [p.rho for p in pairs]
     identity = np.arange(labels.n)
     spread = [batch_spread(labels.rank(order), identity, labels.n, batch_size)
               for order in orders]
-    per_epoch = [_cut(order, batch_size) for order in orders]
-    counts = block_counts(labels.n, _pairs([b for e in per_epoch for b in e]))
-    pooled = [b for e in per_epoch for b in e]
-    measured = _score(labels, pooled, counts, judge=groups is None)
-    block_scores = [_score(labels, batches, counts, judge=False).score for batches in per_epoch]
-
-    group_scores = n_groups = None
-    if groups is not None:
-        n_groups = int(labels.group_codes.max()) + 1
-        group_scores = [_score(labels, batches, None, judge=False).score
-                        for batches in per_epoch]
-        judged = _score(labels, pooled, None)
+    view = _View.of(labels, [_cut(order, batch_size) for order in orders],
+                    [labels.rank(order) for order in orders])
+    counts = block_counts(labels.n, view.pairs)
+    epochs = range(len(orders))
+    if groups is None:
+        judged = _judge(labels, [view], counts)
+        per_count, block_score = judged.per_count, judged.score
+        group_scores = n_groups = None
     else:
-        judged = measured
+        judged = _judge(labels, [view], (None,))
+        per_count = {m: _measure(labels, view, m).score for m in counts}
+        block_score = _worst(list(per_count.values()))
+        group_scores = [_scores_only(labels, view, (None,), [e]) for e in epochs]
+        n_groups = labels.n_groups
+    block_scores = [_scores_only(labels, view, counts, [e]) for e in epochs]
     return ShuffleReport(epochs=len(orders), samples_per_epoch=n, batch_size=batch_size,
                          unchanged=unchanged, spearman=spearman, spread=spread,
                          group_scores=group_scores, n_groups=n_groups,
                          basis="group mixing" if groups is not None else "storage blocks",
-                         block_scores=block_scores, blocks=measured.per_count,
-                         block_score=measured.score, chance=judged.chance, poor=judged.poor)
+                         block_scores=block_scores, blocks=per_count,
+                         block_score=block_score, chance=judged.chance, poor=judged.poor,
+                         unproven=judged.unproven, order_finding=_order_finding(pairs))
 
 
 def _check_batch_size(batch_size, n: int) -> int:
@@ -546,7 +690,8 @@ class StepMixing(_MixingVerdict):
     micro_batch: int
     basis: str
     chance: float = float("nan")   # spread of a uniform shuffle's score at this size
-    poor: bool = False             # more same-label pairs than chance explains
+    poor: bool = False             # below GOOD_MIXING and beyond chance
+    unproven: bool = False         # too few samples: a poor loader would pass too
 
     @property
     def mixing(self) -> float:
@@ -560,7 +705,7 @@ class StepMixing(_MixingVerdict):
     def _lines(self) -> list[str]:
         mark = "✔" if self.ok else "✘"
         ranks = ", ".join(f"{s:.2f}" for s in self.rank_scores)
-        lines = [f"{mark} micro-batches: {_verdict(self.mixing, self.poor, self.chance)}",
+        lines = [f"{mark} micro-batches: {self._mixing_text()}",
                  f"  {self.basis}; each rank's micro-batches of {self.micro_batch}: {ranks} · "
                  f"global step ({self.world_size} ranks): {self.step_score:.2f}"]
         if self.rank_effective is not None:
@@ -595,22 +740,22 @@ def _steps(ranks: list[list[np.ndarray]]) -> list[np.ndarray]:
 
 def _score_ranks(labels: _Labels, epochs, groups):
     """(score per rank, score of the global steps, effective groups per rank or None,
-    {block count: score} of the worst of these or None)."""
+    the verdict over all of them)."""
     world = len(epochs[0])
-    per_rank = [[b for ranks in epochs for b in ranks[r]] for r in range(world)]
-    steps = [s for ranks in epochs for s in _steps(ranks)]
+    pools = [labels.rank(np.concatenate([b for r in ranks for b in r]
+                                        or [np.empty(0, np.int64)])) for ranks in epochs]
+    views = [_View.of(labels, [ranks[r] for ranks in epochs], pools) for r in range(world)]
+    views.append(_View.of(labels, [_steps(ranks) for ranks in epochs], pools))
     if groups is None:
-        # One set of block counts for all: the fewest pairs any part holds decides.
-        pairs = min([_pairs(batches) for batches in per_rank] + [_pairs(steps)])
-        counts = block_counts(labels.n, pairs)
+        # One set of block counts for all: the fewest pairs any view holds decides.
+        counts = block_counts(labels.n, min(view.pairs for view in views))
     else:
-        counts = None
-    parts = [_score(labels, batches, counts) for batches in [*per_rank, steps]]
-    effective = None if groups is None else [_effective(labels, b) for b in per_rank]
-    worst = min(parts, key=lambda part: part.score if math.isfinite(part.score) else -1.0)
-    return ([p.score for p in parts[:-1]], parts[-1].score, effective,
-            None if groups is not None else worst.per_count,
-            worst.chance, any(p.poor for p in parts))
+        counts = (None,)
+    judged = _judge(labels, views, counts)
+    effective = (None if groups is None else
+                 [_effective(labels, [b for ranks in epochs for b in ranks[r]])
+                  for r in range(world)])
+    return judged.scores[:-1], judged.scores[-1], effective, judged
 
 
 def rank_mixing(rank_batches, groups=None) -> StepMixing:
@@ -623,14 +768,14 @@ def rank_mixing(rank_batches, groups=None) -> StepMixing:
     labels = _Labels(all_ids, groups)
     if labels.n < 2:
         raise ValueError("rank_batches must hold at least 2 distinct sample ids")
-    rank_scores, step_score, effective, _, chance, poor = _score_ranks(labels, epochs, groups)
+    rank_scores, step_score, effective, judged = _score_ranks(labels, epochs, groups)
     sizes = [len(b) for r in epochs[0] for b in r]
-    basis = (f"group mixing over {int(labels.group_codes.max()) + 1} groups"
+    basis = (f"group mixing over {labels.n_groups} groups"
              if groups is not None else "storage blocks")
     return StepMixing(rank_scores=rank_scores, step_score=step_score,
                       rank_effective=effective, world_size=len(epochs[0]),
                       micro_batch=max(sizes) if sizes else 0, basis=basis,
-                      chance=chance, poor=poor)
+                      chance=judged.chance, poor=judged.poor, unproven=judged.unproven)
 
 
 def step_report(epochs, groups=None) -> ShuffleReport:
@@ -649,29 +794,46 @@ def step_report(epochs, groups=None) -> ShuffleReport:
         raise ValueError("epochs must hold at least 2 distinct sample ids")
     sequences = [[np.concatenate(r) if r else np.empty(0, np.int64) for r in ranks]
                  for ranks in epochs]
-    unchanged, spearman = [], []
+    micro_batch = max((len(b) for ranks in epochs for r in ranks for b in r), default=1)
+    unchanged, spearman, pairs = [], [], []
     for before, after in zip(sequences, sequences[1:], strict=False):
-        stats = [_order_stats(a, b) for a, b in zip(before, after, strict=True)]
-        unchanged.append(max(u for u, _ in stats))
-        spearman.append(max((r for _, r in stats), key=abs))
-    rank_scores, step_score, effective, blocks, chance, poor = _score_ranks(labels, epochs,
-                                                                            groups)
+        stats = [_PairStats.of(a, b, micro_batch) for a, b in zip(before, after, strict=True)]
+        unchanged.append(max(p.same / p.n if p.n else 1.0 for p in stats))
+        spearman.append(max((p.rho for p in stats), key=abs))
+        pairs.extend(stats)
+    rank_scores, step_score, effective, judged = _score_ranks(labels, epochs, groups)
     sizes = [len(b) for ranks in epochs for r in ranks for b in r]
-    n_groups = None if groups is None else int(labels.group_codes.max()) + 1
     return ShuffleReport(epochs=len(epochs), samples_per_epoch=sum(len(s) for s in sequences[0]),
                          batch_size=max(sizes) if sizes else 0, unchanged=unchanged,
-                         spearman=spearman, spread=[], n_groups=n_groups,
+                         spearman=spearman, spread=[], n_groups=labels.n_groups,
                          basis="group mixing" if groups is not None else "storage blocks",
-                         blocks=blocks, rank_scores=rank_scores, step_score=step_score,
-                         rank_effective=effective, world_size=world, chance=chance,
-                         poor=poor)
+                         blocks=judged.per_count if groups is None else None,
+                         rank_scores=rank_scores, step_score=step_score,
+                         rank_effective=effective, world_size=world, chance=judged.chance,
+                         poor=judged.poor, unproven=judged.unproven,
+                         order_finding=_order_finding(pairs))
 
 
 # --- order statistics ----------------------------------------------------------------------
 
 
+def _value_counts(values: np.ndarray) -> np.ndarray:
+    """How often each distinct value occurs (in value order); linear time for dense ids."""
+    low = int(values.min())
+    if int(values.max()) - low < 4 * len(values) + 1024:
+        counts = np.bincount(values - low)
+        return counts[counts > 0]
+    return np.unique(values, return_counts=True)[1]
+
+
 def _ranks(values: np.ndarray) -> np.ndarray:
-    """Average ranks (ties share the mean of their positions), as Spearman needs."""
+    """Average ranks (ties share the mean of their positions), as Spearman needs; linear
+    time for dense ids."""
+    low = int(values.min())
+    if int(values.max()) - low < 4 * len(values) + 1024:
+        counts = np.bincount(values - low).astype(np.float64)
+        below = np.cumsum(counts) - counts
+        return (below + (counts + 1) / 2 - 1)[values - low]
     order = np.argsort(values, kind="stable")
     sorted_values = values[order]
     ranks = np.empty(len(values), dtype=np.float64)

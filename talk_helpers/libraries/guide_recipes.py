@@ -85,7 +85,7 @@ def create_webdataset_loader(url, batch_size: int, rank: int, world_size: int, *
                              dataset_size: int = 10000):
     """The course module's "Pattern 3" as written, on tar shards holding ids: ``.decode("pil")`` and
     the image transform have nothing to decode here, so ``.map(_wds_pair)`` stands in for
-    them, and the seed's literal 10000 (its dataset size) is ``dataset_size``.
+    them, and the module's literal 10000 (its dataset size) is ``dataset_size``.
     ``nodesplitter`` is the argument its error message asks for."""
     import webdataset as wds
 

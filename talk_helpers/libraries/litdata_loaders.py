@@ -52,17 +52,17 @@ def litdata_dir(n: int = N_SAMPLES, chunk_size: int = 8) -> str:
 def make_litdata_loader(rank: int, world_size: int, epoch: int, *, n: int = N_SAMPLES,
                         shuffle: bool = True, seed: int = 42, drop_last: bool | None = None,
                         num_workers: int = NUM_WORKERS, batch_size: int = BATCH_SIZE,
-                        plain_dataloader: bool = False):
+                        plain_dataloader: bool = False, chunk_size: int = 8):
     """``StreamingDataset(optimized folder, shuffle=…, seed=…)`` in a
     ``StreamingDataLoader``. litdata reads rank and world size from ``torch.distributed``.
     The loader counts epochs itself (``current_epoch``, +1 at every ``iter``); setting it to
     ``epoch`` is the value a loader reused for ``epoch`` epochs holds.
     ``plain_dataloader=True`` uses torch's ``DataLoader`` instead, which never calls
-    ``set_epoch``."""
+    ``set_epoch``. ``chunk_size``: samples per chunk file (:func:`litdata_dir`)."""
     import litdata
 
     quiet()
-    ds = litdata.StreamingDataset(litdata_dir(n), shuffle=shuffle, seed=seed,
+    ds = litdata.StreamingDataset(litdata_dir(n, chunk_size), shuffle=shuffle, seed=seed,
                                   drop_last=drop_last)
     if plain_dataloader:
         return DataLoader(ds, batch_size=batch_size, **loader_kwargs(num_workers))

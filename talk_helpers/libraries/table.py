@@ -1,4 +1,10 @@
-"""Libraries side by side: one row per audited loader, with its resume verdict."""
+"""Libraries side by side: one row per audited loader, with its resume verdict.
+
+Every cell comes from a run: the audit's own verdicts (exactly once, batches per rank, the
+order and the mixing, judged only when the loader was meant to shuffle), and the resume
+as **exact**, **wrong** (samples lost, repeated or reordered against the uninterrupted
+run), **crashed** (the resumed run raised) or **not tried** (no resumed run was given).
+"""
 
 from __future__ import annotations
 
@@ -24,9 +30,12 @@ def short_error(report) -> str:
 
 def resume_verdict(uninterrupted, resumed) -> tuple[bool, str]:
     """Compare a resumed run with the uninterrupted one, rank by rank and epoch by epoch:
-    the same ids in the same order is exact; otherwise count what was lost or repeated."""
-    if resumed.error is not None or uninterrupted.error is not None:
-        return False, "could not run"
+    the same ids in the same order is exact; otherwise count what was lost or repeated
+    ("wrong: …"); a run that raised is "crashed: …"."""
+    for run in (resumed, uninterrupted):
+        if run.error is not None:
+            which = "" if run is resumed else "uninterrupted run "
+            return False, f"crashed: {which}{short_error(run)}"
     lost = repeated = 0
     same_order = True
     for e in range(min(uninterrupted.n_epochs, resumed.n_epochs)):
@@ -38,25 +47,25 @@ def resume_verdict(uninterrupted, resumed) -> tuple[bool, str]:
             lost += sum((ca - cb).values())
             repeated += sum((cb - ca).values())
     if lost == 0 and repeated == 0:
-        return True, "exact" if same_order else "same samples, other order"
+        return (True, "exact") if same_order else (False, "wrong: same samples, other order")
     parts = [f"{lost} lost" if lost else "", f"{repeated} repeated" if repeated else ""]
-    return False, " · ".join(p for p in parts if p)
+    return False, "wrong: " + " · ".join(p for p in parts if p)
 
 
 @dataclass
 class LibraryRow:
-    """One line of the table: an audit, and optionally the same loader resumed."""
+    """One line of the table: an audit, and optionally the same loader resumed mid-epoch
+    (without it the resume reads "not tried")."""
 
     name: str
     report: object
     resumed: object = None
-    resume_note: str = "not supported"
 
     def cells(self) -> list[tuple[bool | None, str]]:
         rep = self.report
         if rep.error is not None:
             return [(False, "did not finish")] + [(None, "—")] * 4
-        bad = [c.exactly_once for c in rep.checks if not c.exactly_once.ok]
+        bad = [c.exactly_once for c in rep.checks if not c.once_ok]
         if bad:
             worst = max(bad, key=lambda x: len(x.missing) + len(x.duplicates))
             parts = []
@@ -68,26 +77,41 @@ class LibraryRow:
                 parts.append(f"{len(worst.unexpected)} unexpected")
             once = (False, " · ".join(parts))
         else:
-            once = (True, "yes")
+            notes = [c.design_note() for c in rep.checks if c.design_note()]
+            once = (True, "yes" + (f" · {notes[0]}" if notes else ""))
         counts = [list(c.batch_counts.counts) for c in rep.checks]
         uneven = [c for c in counts if len(set(c)) > 1]
         shown = uneven[0] if uneven else counts[0]
         balanced = (not uneven, " / ".join(map(str, shown)) + ("" if not uneven else "  hang"))
-        if rep.order_changes:
-            changes = all(all(v) for v in rep.order_changes.values())
-            order = (changes, "changes" if changes else "repeats")
-            if rep.shuffle_expected is False:
-                order = (None, order[1] + " (no shuffle asked)")
-        else:
-            order = (None, "—")
-        mixing = (None, "—") if rep.shuffle is None else (None, f"{rep.shuffle.mixing:.2f}")
-        if self.resumed is None:
-            resume = (None, self.resume_note)
-        elif self.resumed.error is not None:
-            resume = (False, "crashed: " + short_error(self.resumed))
-        else:
-            resume = resume_verdict(rep, self.resumed)
+        judged = rep.shuffle_expected is not False
+        order, mixing = _order_cell(rep, judged), _mixing_cell(rep.shuffle, judged)
+        resume = (None, "not tried") if self.resumed is None else resume_verdict(rep, self.resumed)
         return [once, balanced, order, mixing, resume]
+
+
+def _order_cell(rep, judged: bool) -> tuple[bool | None, str]:
+    """changes / repeats (some rank's order, or the shuffle report's) / similar order."""
+    if not rep.order_changes:
+        return None, "—"
+    stale = not all(all(v) for v in rep.order_changes.values())
+    finding = "repeats" if stale else getattr(rep.shuffle, "order_finding", None)
+    text = {None: "changes", "repeats": "repeats", "similar": "similar order"}[finding]
+    if not judged:
+        return None, text + " (no shuffle asked)"
+    return finding is None, text
+
+
+def _mixing_cell(shuffle, judged: bool) -> tuple[bool | None, str]:
+    """The score with the verdict's mark: ✔ well mixed, ✘ poorly mixed, no mark when
+    unproven, not measured or not asked (the score can scatter by ± its chance)."""
+    if shuffle is None or not np.isfinite(shuffle.mixing):
+        return None, "—"
+    text = f"{shuffle.mixing:.2f}"
+    if not judged:
+        return None, text
+    if shuffle.too_few_samples:
+        return None, text + " unproven"
+    return bool(shuffle.well_mixed), text
 
 
 HEADERS = ["loader", "exactly once", "batches per rank", "order across epochs",

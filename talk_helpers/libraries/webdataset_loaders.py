@@ -21,11 +21,12 @@ def _wds_id(sample: dict) -> int:
 
 def make_wds_loader(rank: int, world_size: int, epoch: int, *, sizes=SHARD_SIZES,
                     shardshuffle=False, detshuffle: bool = False, seed: int = 0,
-                    split_nodes: bool = True, num_workers: int = NUM_WORKERS,
-                    batch_size: int = BATCH_SIZE):
+                    seed_per_epoch: bool = False, split_nodes: bool = True,
+                    num_workers: int = NUM_WORKERS, batch_size: int = BATCH_SIZE):
     """``WebDataset(urls, nodesplitter=split_by_node, workersplitter=split_by_worker,
     shardshuffle=…, seed=…)`` in a DataLoader. ``seed`` is what ``WebDataset`` would draw
     once at construction; passing it keeps every epoch's copy as the one built once.
+    ``seed_per_epoch=True`` builds each epoch's dataset with ``seed + epoch``.
     ``split_nodes=False`` keeps WebDataset's default node splitter."""
     import webdataset as wds
 
@@ -33,21 +34,25 @@ def make_wds_loader(rank: int, world_size: int, epoch: int, *, sizes=SHARD_SIZES
     extra = {"nodesplitter": wds.split_by_node} if split_nodes else {}
     ds = wds.WebDataset(write_tar_shards(sizes), **extra,
                         workersplitter=wds.split_by_worker, shardshuffle=shardshuffle,
-                        detshuffle=detshuffle, seed=seed, empty_check=False).map(_wds_id)
+                        detshuffle=detshuffle, seed=seed + epoch if seed_per_epoch else seed,
+                        empty_check=False).map(_wds_id)
     return DataLoader(ds, batch_size=batch_size, **loader_kwargs(num_workers))
 
 
 def make_wds_resampled(rank: int, world_size: int, epoch: int, *, sizes=SHARD_SIZES,
                        batches_per_epoch: int = 6, seed: int = 0,
-                       num_workers: int = NUM_WORKERS, batch_size: int = BATCH_SIZE):
+                       seed_per_epoch: bool = False, num_workers: int = NUM_WORKERS,
+                       batch_size: int = BATCH_SIZE):
     """The maintainers' DDP recipe: shards drawn with replacement (``ResampledShards``,
     here ``deterministic=True`` so the run is reproducible), batched in the workers, and
-    ``WebLoader(...).with_epoch(batches_per_epoch)`` cutting each rank's endless stream."""
+    ``WebLoader(...).with_epoch(batches_per_epoch)`` cutting each rank's endless stream.
+    ``seed_per_epoch=True`` seeds each epoch's draw with ``seed + epoch``."""
     import webdataset as wds
 
     quiet()
     pipeline = wds.DataPipeline(
-        wds.ResampledShards(write_tar_shards(sizes), seed=seed, deterministic=True),
+        wds.ResampledShards(write_tar_shards(sizes), seed=seed + epoch if seed_per_epoch else seed,
+                            deterministic=True),
         wds.tarfile_to_samples(),
         wds.map(_wds_id),
         wds.batched(batch_size, collation_fn=collate_ids),
