@@ -6,9 +6,9 @@ in ``/dev/shm`` per tensor, until the main process lets go of the batch. With
 ``num_workers × prefetch_factor`` batches wait while the training loop holds the one it
 works on and, at times, for a moment while the next one arrives, the one before it
 (measured in a private ``/dev/shm``: ``talk_helpers.lessons.small_shm``). The check
-counts that worst case. Every rank on a node shares the node's ``/dev/shm``. A container's is small (Docker
-gives 64 MiB unless told ``--shm-size``), and running out kills or stops a worker
-(pytorch/pytorch#5040).
+counts that worst case. Every rank on a node shares the node's ``/dev/shm``. A
+container's is small (Docker gives 64 MiB unless told ``--shm-size``), and running out
+kills or stops a worker (pytorch/pytorch#5040).
 """
 
 from __future__ import annotations

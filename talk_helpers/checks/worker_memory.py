@@ -29,7 +29,9 @@ from talk_helpers.checks.verdict import mark, verdict_html
 __all__ = ["WorkerMemoryReport", "check_worker_memory", "dataset_bytes"]
 
 OWNED_LIMIT = 0.5  # a worker owning half the payload or more holds a copy of it
-NOISE_BYTES = 2**20  # less than this is what any worker's heap moves by, copy or not
+NOISE_BYTES = 8 * 2**20  # a worker's heap moves by this much between measurements, copy
+# or not (up to 7 MiB measured while a worker read a dataset of tensors): a copy smaller
+# than this cannot be told from it, and costs little
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
@@ -40,8 +42,8 @@ def check_worker_memory(owned_bytes: Sequence[int], dataset, *,
     ``owned_bytes[w]`` is the unique memory worker ``w`` was measured to own because of
     the dataset; ``dataset`` is the dataset itself (its payload is measured with
     :func:`dataset_bytes`) or its payload in bytes. A worker owning at least ``limit``
-    times the payload, and more than 1 MiB (below that, a heap's own movements), holds a
-    copy.
+    times the payload holds a copy. A payload under 8 MiB passes whatever was measured:
+    a worker's heap moves by that much on its own, and such a copy costs little.
     """
     if not isinstance(owned_bytes, Sequence) or isinstance(owned_bytes, str) or not owned_bytes:
         raise TypeError(f"owned_bytes must be a non-empty sequence of byte counts, one per "
@@ -56,8 +58,8 @@ def check_worker_memory(owned_bytes: Sequence[int], dataset, *,
                          f"{payload} bytes")
     if not (isinstance(limit, int | float) and 0 < limit <= 1):
         raise ValueError(f"limit must be a fraction in (0, 1], got {limit!r}")
-    copies = tuple(w for w, value in enumerate(owned_bytes)
-                   if value >= limit * payload and value > NOISE_BYTES)
+    copies = () if payload < NOISE_BYTES else \
+        tuple(w for w, value in enumerate(owned_bytes) if value >= limit * payload)
     return WorkerMemoryReport(workers=len(owned_bytes), payload_bytes=payload,
                               copies=copies, limit=float(limit))
 
@@ -111,6 +113,10 @@ class WorkerMemoryReport:
 
     def _verdict(self) -> str:
         share = f"{self.limit:.0%}"
+        if self.payload_bytes < NOISE_BYTES:
+            return (f"worker memory: the dataset's {size_text(self.payload_bytes)} is less than "
+                    f"a worker's heap moves by ({size_text(NOISE_BYTES)}): a copy would cost "
+                    "little")
         if self.ok:
             return (f"worker memory: {self._workers()} the dataset's "
                     f"{size_text(self.payload_bytes)} (each owns less than {share} of it)")
