@@ -1,0 +1,217 @@
+"""Run a loader in a ``/dev/shm`` as small as a container's, on a machine whose own is large.
+
+:func:`run_in_small_shm` starts one process (with the start method in force), gives it a
+private mount namespace with a fresh tmpfs of ``shm_bytes`` on ``/dev/shm`` (what
+``docker run --shm-size`` sets), and there iterates the loader ``make_loader()`` returns
+the way a training loop does: one batch at a time, each held for ``step_s`` seconds
+while the workers fill the queue. The loader's workers start from that process, so they
+see the small ``/dev/shm``; nothing outside the process sees it, and it disappears with
+the process.
+
+Mounting needs root (CAP_SYS_ADMIN), or user namespaces where the kernel allows them.
+Where neither works, the run reports that it could not, and why, instead of running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import queue
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+import psutil
+import torch.multiprocessing as mp
+
+from talk_helpers.arguments import require_int, require_seconds
+from talk_helpers.checks.sizes import size_text
+from talk_helpers.checks.verdict import NOTE_MARK, mark, verdict_html
+from talk_helpers.runtime.processes import kill_tree
+from talk_helpers.runtime.start_method import RANK_FORKSERVER_PRELOAD
+
+__all__ = ["SmallShmRun", "run_in_small_shm"]
+
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+MS_REC, MS_PRIVATE = 0x4000, 0x40000
+_TORCH_SHM_FILE = re.compile(r"</torch_[\d_]+>")
+
+
+@dataclass(frozen=True)
+class SmallShmRun:
+    """What happened: ``status`` is ``"finished"``, ``"failed"`` or ``"unavailable"``.
+
+    ``batches``: how many the loop took; ``error``: the loader's exception, last line,
+    file names masked; ``worker_signals``: signals that killed workers (e.g. SIGBUS);
+    ``peak_bytes``: the most of the private ``/dev/shm`` in use, polled every millisecond.
+    """
+
+    status: str
+    shm_bytes: int
+    batches: int = 0
+    error: str | None = None
+    worker_signals: tuple[str, ...] = ()
+    peak_bytes: int = 0
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the loop took every batch."""
+        return self.status == "finished"
+
+    def _where(self) -> str:
+        return f"in a private /dev/shm of {size_text(self.shm_bytes)}"
+
+    def _verdict(self) -> str:
+        if self.status == "unavailable":
+            return f"not run: this machine cannot give a process a private /dev/shm ({self.reason})"
+        if self.status == "finished":
+            return f"{self._where()}: {self.batches} batches, no failure"
+        if self.worker_signals:
+            killed = ", ".join(f"{name} ({signal.strsignal(signal.Signals[name])})"
+                               for name in self.worker_signals)
+            return f"{self._where()}: a worker was killed by {killed}"
+        return f"{self._where()}: the loader failed: {self.error}"
+
+    def _mark(self) -> str:
+        return NOTE_MARK if self.status == "unavailable" else mark(self.ok)
+
+    def __repr__(self) -> str:
+        return f"{self._mark()} {self._verdict()}"
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        return verdict_html(self._mark(), self._verdict())
+
+
+def run_in_small_shm(make_loader, *, shm_bytes: int, step_s: float = 0.1,
+                     timeout_s: float = 60.0) -> SmallShmRun:
+    """Iterate ``make_loader()`` in a process whose ``/dev/shm`` holds ``shm_bytes``.
+
+    ``make_loader`` must be picklable (a module-level function, one from an
+    ``%%importable`` cell, or a ``functools.partial`` of one). The whole run, workers
+    included, is stopped after ``timeout_s``.
+    """
+    if not callable(make_loader):
+        raise TypeError(f"make_loader must be callable with no arguments, got {make_loader!r}")
+    require_int("shm_bytes", shm_bytes, minimum=4096)
+    if isinstance(step_s, bool) or not isinstance(step_s, int | float) or step_s < 0:
+        raise ValueError(f"step_s must be a number of seconds ≥ 0, got {step_s!r}")
+    require_seconds("timeout_s", timeout_s)
+    ctx = mp.get_context()
+    results = ctx.Queue()
+    process = ctx.Process(target=_child, args=(make_loader, shm_bytes, step_s, results),
+                          name="small-shm", daemon=False)
+    process.start()
+    try:
+        outcome = results.get(timeout=timeout_s)
+    except queue.Empty:
+        outcome = SmallShmRun("failed", shm_bytes, error=f"no answer within {timeout_s:g} s")
+    finally:  # the answer is in: stop the process and its workers now, whatever they do
+        with contextlib.suppress(psutil.Error):
+            kill_tree([psutil.Process(process.pid)])
+        process.join(1.0)
+        results.close()
+        results.cancel_join_thread()
+    return outcome
+
+
+def _child(make_loader, shm_bytes: int, step_s: float, results) -> None:
+    """In the new process: a private /dev/shm, then the training-like loop."""
+    # What a dying worker prints (a Bus error note from torch's signal handler) would land
+    # in the notebook among the outputs; the run's report says what happened instead.
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    try:
+        _private_dev_shm(shm_bytes)
+    except OSError as exc:
+        results.put(SmallShmRun("unavailable", shm_bytes, reason=str(exc)))
+        return
+    if mp.get_start_method(allow_none=True) == "forkserver":
+        # This process's workers come from a server of its own, started (after the mount)
+        # at the first loader; preloaded with torch, it forks each in hundredths of a second.
+        mp.set_forkserver_preload(list(RANK_FORKSERVER_PRELOAD))
+    peak = _PeakWatch()
+    batches, iterator = 0, None
+    try:
+        iterator = iter(make_loader())
+        for _ in iterator:
+            batches += 1
+            time.sleep(step_s)  # the training step: slower than loading, as on a GPU
+    except Exception as exc:  # noqa: BLE001 - the loader's failure is the result
+        run = SmallShmRun("failed", shm_bytes, batches, _last_line(exc),
+                          _worker_signals(iterator), peak.stop())
+    else:
+        run = SmallShmRun("finished", shm_bytes, batches, peak_bytes=peak.stop())
+    results.put(run)
+
+
+def _private_dev_shm(shm_bytes: int) -> None:
+    """Give this process its own mount namespace with a tmpfs of ``shm_bytes`` on /dev/shm."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def call(what: str, result: int) -> None:
+        if result != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"{what} failed: {errno.errorcode.get(code, code)}")
+
+    if libc.unshare(CLONE_NEWNS) != 0:  # not root: try a user namespace of our own
+        uid, gid = os.getuid(), os.getgid()
+        call("unshare", libc.unshare(CLONE_NEWUSER | CLONE_NEWNS))
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"0 {uid} 1")
+        _write("/proc/self/gid_map", f"0 {gid} 1")
+    call("making mounts private", libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None))
+    call("mounting a tmpfs on /dev/shm",
+         libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, f"size={shm_bytes}".encode()))
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+class _PeakWatch:
+    """Polls how much of /dev/shm is in use, in a thread, until stopped."""
+
+    def __init__(self):
+        self.peak, self._running = 0, True
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while self._running:
+            st = os.statvfs("/dev/shm")
+            self.peak = max(self.peak, (st.f_blocks - st.f_bfree) * st.f_frsize)
+            time.sleep(0.001)
+
+    def stop(self) -> int:
+        self._running = False
+        self._thread.join(1.0)
+        return self.peak
+
+
+def _last_line(exc: BaseException) -> str:
+    """The exception's last line (a worker's error arrives wrapped), file names masked."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    text = lines[-1] if lines else ""
+    if not re.match(r"^\w+(Error|Exception)\b", text):
+        text = f"{type(exc).__name__}: {text}"
+    return _TORCH_SHM_FILE.sub("</torch_…>", text)
+
+
+def _worker_signals(iterator) -> tuple[str, ...]:
+    """Names of the signals that ended the loader's workers (read from the iterator)."""
+    workers = getattr(iterator, "_workers", ()) or ()
+    found = []
+    for worker in workers:
+        code = worker.exitcode
+        if code is not None and code < 0:
+            found.append(signal.Signals(-code).name)
+    return tuple(sorted(set(found)))
