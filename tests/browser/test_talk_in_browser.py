@@ -5,11 +5,16 @@ the screen, keep its text above the floors of the back of the room (code 24 px, 
 machine and log no error. Screenshots of every state land in tests/browser/screenshots/talk/.
 """
 
+import os
 import shutil
+import subprocess
+import sys
+import time
+import urllib.request
 
 import pytest
 
-from tests.browser.conftest import CHROMIUM, SCREENSHOTS
+from tests.browser.conftest import CHROMIUM, SCREENSHOTS, TOKEN, _free_port, _write_settings
 from tests.browser.slide_walk import ROOT, Watch, build_slides, reveal_next, walk
 
 FLOORS = build_slides.FLOORS["talk"]
@@ -45,6 +50,74 @@ def test_the_offline_talk_fits_the_back_of_the_room_in_25_to_45_states(talk_deck
     page.evaluate("() => document.fonts.ready")
     states, problems = walk(page, FLOORS, reveal_next, shots("deck"))
     page.close()
+    problems += watch.problems
+    assert MIN_STATES <= states <= MAX_STATES, f"{states} states"
+    assert not problems, "\n".join(problems)
+
+
+@pytest.fixture(scope="module")
+def rise_talk(tmp_path_factory, browser):
+    """A JupyterLab server on a copy of the project whose talk `make talk` would show:
+    fitted by scripts/fit_talk.py and trusted (so that its stored outputs render)."""
+    if not CHROMIUM.exists():
+        pytest.skip("!!! /usr/bin/chromium is missing: talk tests SKIPPED !!!")
+    root = tmp_path_factory.mktemp("rise")
+    shutil.copytree(ROOT / "notebooks", root / "notebooks")
+    if (ROOT / "imgs").exists():
+        shutil.copytree(ROOT / "imgs", root / "imgs")
+    env = dict(os.environ, JUPYTER_DATA_DIR=str(root / "data"),
+               JUPYTERLAB_SETTINGS_DIR=str(root / "settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"),
+               JUPYTER_CONFIG_DIR=str(root / "config"), JUPYTER_RUNTIME_DIR=str(root / "runtime"))
+    talk = root / "notebooks" / "talk.ipynb"
+    subprocess.run([sys.executable, str(ROOT / "scripts/fit_talk.py"), str(talk)], check=True,
+                   env=env, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "jupyter", "trust", str(talk)], check=True, env=env,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _write_settings(root / "settings")
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", "--allow-root"],
+        env=env, stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError((root / "server.log").read_text()[-3000:]) from None
+            time.sleep(0.5)
+    yield f"{url}/rise/notebooks/talk.ipynb?token={TOKEN}"
+    server.terminate()
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+def space(page) -> None:
+    """Space, in RISE: the next fragment or slide."""
+    page.keyboard.press("Space")
+    page.wait_for_timeout(60)
+
+
+def test_the_talk_in_rise_keeps_the_same_floors_and_fits(rise_talk, browser):
+    context = browser.new_context(viewport={"width": build_slides.WIDTH,
+                                            "height": build_slides.HEIGHT})
+    page = context.new_page()
+    watch = Watch(page)
+    page.goto(rise_talk)
+    page.wait_for_selector(".reveal .slides section.present .jp-Cell", timeout=120_000)
+    page.wait_for_timeout(2500)  # RISE lays the slides out, then syncs once more
+    page.evaluate("() => document.fonts.ready")
+    page.locator(".jp-Notebook").first.focus()
+    states, problems = walk(page, FLOORS, space, shots("rise"))
+    context.close()
     problems += watch.problems
     assert MIN_STATES <= states <= MAX_STATES, f"{states} states"
     assert not problems, "\n".join(problems)
