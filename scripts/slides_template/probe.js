@@ -37,13 +37,16 @@
   let bottom = 0, right = 0;
   const cellOf = (el) => el.closest('.jp-Cell');
   const extent = new Map();
+  const offenders = new Set();
   for (const el of leaf.querySelectorAll('*')) {
     if (el.closest('aside.notes, .jp-InputPrompt, .jp-OutputPrompt, .jp-cell-toolbar, .jp-Toolbar, .jp-CellFooter, .jp-Collapser')) continue;
     if (!shown(el)) continue;
     const r = el.getBoundingClientRect();
     bottom = Math.max(bottom, r.bottom);
     right = Math.max(right, r.right);
-    if (r.bottom > height + 1 || r.right > width + 1 || r.top < -1 || r.left < -1) {
+    const off = r.bottom > height + 1 || r.right > width + 1 || r.top < -1 || r.left < -1;
+    if (off) offenders.add(el);
+    if (off && !offenders.has(el.parentElement)) {  // the outermost element that runs off
       problems.push(`off the screen (${Math.round(r.left)},${Math.round(r.top)})-` +
                     `(${Math.round(r.right)},${Math.round(r.bottom)}): ${snippet(el)}`);
     }
