@@ -72,21 +72,22 @@ imgs: $(STAMP)
 	$(BIN)/python -m talk_helpers.diagrams imgs/
 
 # Presenting with RISE saves the notebook it shows: present from a copy (trusted, so that
-# its stored outputs render), fitted to 1280x720 with the decks' slide breaks.
+# its stored outputs render), fitted to 1280x720 with the decks' slide breaks. RISE's slide
+# show is an app of its own, built on JupyterLab 4.0: the lab's extensions (built for 4.6)
+# fail to load into it, so it gets none (RISE_FLAGS).
+RISE_FLAGS := --ServerApp.root_dir=build/talk --RiseApp.labextensions_path=$(CURDIR)/build/talk/no-extensions
 present: $(STAMP)
-	rm -rf build/talk && mkdir -p build/talk && cp -r notebooks imgs build/talk/
+	rm -rf build/talk && mkdir -p build/talk/no-extensions && cp -r notebooks imgs build/talk/
 	$(BIN)/python scripts/fit_talk.py build/talk/notebooks
 	$(BIN)/jupyter trust build/talk/notebooks/*.ipynb
-	$(BIN)/jupyter lab $(LAB_FLAGS) \
-	  --ServerApp.root_dir=build/talk build/talk/notebooks/00_index.ipynb
+	$(BIN)/jupyter lab $(LAB_FLAGS) $(RISE_FLAGS) build/talk/notebooks/00_index.ipynb
 
 # The talk in RISE, straight into the slide show (Space: next; Shift+Enter runs a cell).
 talk: $(STAMP)
-	rm -rf build/talk && mkdir -p build/talk && cp -r notebooks imgs build/talk/
+	rm -rf build/talk && mkdir -p build/talk/no-extensions && cp -r notebooks imgs build/talk/
 	$(BIN)/python scripts/fit_talk.py build/talk/notebooks/talk.ipynb
 	$(BIN)/jupyter trust build/talk/notebooks/talk.ipynb
-	$(BIN)/jupyter lab $(LAB_FLAGS) --ServerApp.root_dir=build/talk \
-	  --ServerApp.default_url=/rise/notebooks/talk.ipynb
+	$(BIN)/jupyter lab $(LAB_FLAGS) $(RISE_FLAGS) --ServerApp.default_url=/rise/notebooks/talk.ipynb
 
 # Every cell of the talk under fork, forkserver and spawn, with its time and the total.
 dry-run: $(STAMP)
