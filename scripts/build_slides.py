@@ -195,17 +195,18 @@ def split_points(cells: list[tuple[str, int, int]], height: int = HEIGHT,
     """Cells (id, top, bottom, in slide pixels) of one slide: where to start new subslides.
 
     A cell that ends below the screen (or starts below it) begins a new subslide, unless it
-    is the slide's first cell (nothing to split off before it). A heading (an id in
-    HEADINGS) is never left alone at the bottom of a slide: the cut moves above it, unless
-    it heads the slide, and then there is no cut there."""
-    points, first, offset, previous = [], None, None, None
+    is the slide's first cell (nothing to split off before it). Every subslide starts its
+    first cell where this slide starts its own (below the slide's padding). A heading (an
+    id in HEADINGS) is never left alone at the bottom of a slide: the cut moves above it,
+    unless it heads the slide, and then there is no cut there."""
+    points, first, offset, previous, padding = [], None, None, None, 0
     for cell_id, top, bottom in cells:
         if bottom <= top:
             continue  # an empty or hidden cell takes no room
         if first is None:
-            first, offset, previous = cell_id, top, (cell_id, top)
+            first, offset, previous, padding = cell_id, top, (cell_id, top), top
             continue
-        if bottom - offset > height:
+        if bottom - offset + padding > height:
             cut_id, cut_top = cell_id, top
             if previous[0] in headings:
                 cut_id, cut_top = previous

@@ -67,6 +67,11 @@ def test_a_cell_crossing_the_bottom_edge_starts_a_new_subslide():
     assert build_slides.split_points(cells, height=720) == ["c"]
 
 
+def test_a_cell_that_ends_below_the_screen_by_less_than_the_top_padding_is_still_cut():
+    cells = [("a", 8, 347), ("b", 347, 627), ("c", 627, 725)]
+    assert build_slides.split_points(cells, height=720) == ["c"]
+
+
 def test_a_lone_tall_cell_is_not_split_off_from_itself():
     assert build_slides.split_points([("a", 20, 2000)], height=720) == []
 
