@@ -7,12 +7,12 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8888
 # JupyterLab refuses to run as root (containers, CI) without saying so explicitly.
 LAB_FLAGS := --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root,)
-NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)) notebooks/talk.ipynb
 NBVAL  := $(BIN)/python -m pytest --nbval --nbval-current-env \
           --nbval-sanitize-with notebooks/sanitize.cfg --timeout=600 -p no:cacheprovider
 
 .PHONY: setup lab test lint unit notebooks notebooks-fork notebooks-forkserver notebooks-spawn \
-        browser chromium outputs imgs present slides bench bench-notebooks clean
+        browser chromium outputs imgs present talk dry-run slides bench bench-notebooks clean
 
 # jupyterlab/overrides.json: JupyterLab's defaults for this lab (no news pop-up over a slide).
 # Installs only when the pins change: a second `make test` goes straight to the tests.
@@ -71,13 +71,29 @@ outputs: $(STAMP)
 imgs: $(STAMP)
 	$(BIN)/python -m talk_helpers.diagrams imgs/
 
-# Presenting with RISE saves the notebook it shows: present from a copy.
+# Presenting with RISE saves the notebook it shows: present from a copy (trusted, so that
+# its stored outputs render), fitted to 1280x720 with the decks' slide breaks. RISE's slide
+# show is an app of its own, built on JupyterLab 4.0: the lab's extensions (built for 4.6)
+# fail to load into it, so it gets none (RISE_FLAGS).
+RISE_FLAGS := --ServerApp.root_dir=build/talk --RiseApp.labextensions_path=$(CURDIR)/build/talk/no-extensions
 present: $(STAMP)
-	rm -rf build/talk && mkdir -p build/talk && cp -r notebooks imgs build/talk/
+	rm -rf build/talk && mkdir -p build/talk/no-extensions && cp -r notebooks imgs build/talk/
 	$(BIN)/python scripts/fit_talk.py build/talk/notebooks
-	$(BIN)/jupyter lab $(LAB_FLAGS) \
-	  --ServerApp.root_dir=build/talk build/talk/notebooks/00_index.ipynb
+	$(BIN)/jupyter trust build/talk/notebooks/*.ipynb
+	$(BIN)/jupyter lab $(LAB_FLAGS) $(RISE_FLAGS) build/talk/notebooks/00_index.ipynb
 
+# The talk in RISE, straight into the slide show (Space: next; Shift+Enter runs a cell).
+talk: $(STAMP)
+	rm -rf build/talk && mkdir -p build/talk/no-extensions && cp -r notebooks imgs build/talk/
+	$(BIN)/python scripts/fit_talk.py build/talk/notebooks/talk.ipynb
+	$(BIN)/jupyter trust build/talk/notebooks/talk.ipynb
+	$(BIN)/jupyter lab $(LAB_FLAGS) $(RISE_FLAGS) --ServerApp.default_url=/rise/notebooks/talk.ipynb
+
+# Every cell of the talk under fork, forkserver and spawn, with its time and the total.
+dry-run: $(STAMP)
+	$(BIN)/python scripts/dry_run_talk.py
+
+# build/slides/talk.slides.html (the talk) and NN_name.slides.html (every notebook), offline.
 slides: $(STAMP)
 	$(BIN)/python scripts/build_slides.py build/slides
 

@@ -1,15 +1,22 @@
-"""Build reveal.js decks of the notebooks that fit a 1280x720 screen and work offline.
+"""Build reveal.js decks of the notebooks and of the talk that fit a 1280x720 screen and
+work offline.
 
 Usage: python scripts/build_slides.py [OUTDIR]   (default build/slides)
 
-The decks load reveal.js, require.js, jQuery and MathJax from OUTDIR/vendor/, which is
-filled once from the npm registry (`npm pack`, pinned versions) and reused afterwards.
+Writes OUTDIR/talk.slides.html (notebooks/talk.ipynb, sized for the back of a room: code
+24 px, prose 28 px, output 20 px) and OUTDIR/NN_name.slides.html for each notebook
+(self-study decks: code and output 18 px). The decks load reveal.js, require.js, jQuery
+and MathJax from OUTDIR/vendor/, filled once from the npm registry (`npm pack`, pinned
+versions) and reused afterwards, and an emoji font from OUTDIR/fonts/.
+
 Each notebook is prepared in memory (the files are never touched): a failing cell shows
-only its last error line, a widget shows its stored PNG (never its repr), the title slide
-keeps its heading and first paragraph (the rest becomes speaker notes), and the first
-mention of a numbered seed gets a slide saying what the seeds are. The deck is then
-measured in headless Chromium and every slide taller than the screen is split at a cell
-boundary; a single cell still too tall is scaled down, never below 60 %.
+only its last error line, a widget shows its stored PNG (never its repr) and the text
+above it says the sliders live in the notebook, the title slide keeps its heading and
+first paragraph (the rest becomes speaker notes). The deck is then measured in headless
+Chromium, every visible element of every slide (scripts/slides_template/probe.js), and a
+slide that runs off the screen is split, never scaled down: before the cell that crosses
+the bottom edge (never right after a heading), then a lone cell's outputs go to a slide of
+their own, and a lone markdown cell, code cell, table or printed output is cut in two.
 """
 
 import copy
@@ -28,8 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = Path(__file__).resolve().parent / "slides_template"
 CHROMIUM = Path("/usr/bin/chromium")
 WIDTH, HEIGHT = 1280, 720
-MIN_ZOOM = 60  # percent: below this, code on a projector is no longer readable
-FIT_PASSES = 10
+FIT_PASSES = 12
+TALK = "talk"  # notebooks/talk.ipynb: the conference talk
+# Smallest text as rendered, in CSS pixels at 1280x720 (absent: not held to a floor).
+FLOORS = {
+    "talk": {"code": 24, "prose": 28, "output": 20, "figure": 18},
+    "deck": {"code": 18},
+}
+PROBE_JS = (TEMPLATES / "probe.js").read_text()
 VENDOR = {  # npm package@version -> folder under vendor/
     "reveal.js@4.0.2": "reveal.js",
     "requirejs@2.3.7": "requirejs",
@@ -48,18 +61,10 @@ ASSET_URLS = {
 EXTERNAL = re.compile(r"""<(?:script|link|img)[^>]+(?:src|href)=["'](?:https?:)?//""")
 ORIGIN = "slides_origin"  # index of the notebook cell a prepared cell came from
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-SEED_MENTION = re.compile(r"\b[Ss]eeds? 00[0-4]\b")
-SEEDS_SLIDE = """## Seed 000? Seed 001?
-
-The talk was written from five source documents, numbered like seeds:
-
-- **000**: notes from a training run that hung (HF `datasets` + DDP + workers, uneven shards)
-- **001**: the README of WebDataset's distributed example (unequal batches per node)
-- **002**: the original talk, *Implementing and using iterable datasets: What Could Go Wrong?*
-- **003**: notes on porting Megatron-LM's data loading into nanotron
-- **004**: a course module on distributed data loading
-
-"Seed 000 says..." means: the first document says it. The notebooks check it by running it."""
+# An instruction to use a widget, said over its still picture: "Move the sliders", "Drag
+# the slider or press play".
+WIDGET_INSTRUCTION = re.compile(r"(?<![\w,] )\b(Move|Drag|Slide|Use|Press|Click)( the| a)? "
+                                r"(sliders?|play|buttons?|controls?)\b")
 
 
 def fetch_vendor(vendor_dir: Path) -> None:
@@ -136,36 +141,38 @@ def split_title(cell) -> list:
     return [title, notes]
 
 
-def seeds_cell():
-    cell = nbformat.v4.new_markdown_cell(SEEDS_SLIDE)
-    set_slide_type(cell, "subslide")
-    return cell
+def has_still(cell) -> bool:
+    """True for a code cell that showed a widget whose stored still a slide shows."""
+    return cell.cell_type == "code" and any(
+        WIDGET_VIEW in o.get("data", {}) and "image/png" in o.get("data", {})
+        for o in cell.get("outputs", []))
+
+
+def in_the_notebook(source: str) -> str:
+    """'Move the sliders: ...' over a still picture becomes 'In the notebook, move the
+    sliders: ...' (a still has no sliders)."""
+    return WIDGET_INSTRUCTION.sub(lambda m: "In the notebook, " + m.group(0).lower(), source)
 
 
 def prepare(nb):
     """A copy of NB arranged for the projector (see the module docstring)."""
     nb = copy.deepcopy(nb)
-    cells, seeds_done = [], False
+    cells = []
     for index, cell in enumerate(nb.cells):
         cell = copy.deepcopy(cell)
         cell.metadata[ORIGIN] = index
         if cell.cell_type == "markdown":
             cell["source"] = local_image_paths(cell["source"])
+        if has_still(cell):  # the text just above a still: the sliders are in the notebook
+            shown = [c for c in cells if slide_type(c) not in ("skip", "notes")]
+            for before in shown[-2:]:
+                if before.cell_type == "markdown":
+                    before["source"] = in_the_notebook(before["source"])
         if cell.cell_type == "code":
             cell["outputs"] = slide_outputs(cell.get("outputs", []))
-        names_seed = (not seeds_done and slide_type(cell) not in ("skip", "notes")
-                      and SEED_MENTION.search(cell["source"]))
         if index == 0 and cell.cell_type == "markdown":
             cells.extend(split_title(cell))
-            if names_seed:  # the title comes first; the seeds slide follows it
-                cells.append(seeds_cell())
-                seeds_done = True
             continue
-        if names_seed:
-            cells.append(seeds_cell())
-            seeds_done = True
-            if slide_type(cell) in ("-", "fragment"):
-                set_slide_type(cell, "subslide")
         cells.append(cell)
     nb.cells = cells
     for number, cell in enumerate(nb.cells):
@@ -175,75 +182,95 @@ def prepare(nb):
 
 # --- fitting ----------------------------------------------------------------------------
 
-def split_points(cells: list[tuple[str, int, int]], height: int = HEIGHT) -> list[str]:
+def is_heading_only(cell) -> bool:
+    """A markdown cell that holds nothing but headings."""
+    if cell is None or cell.cell_type != "markdown":
+        return False
+    lines = [line for line in cell.source.splitlines() if line.strip()]
+    return bool(lines) and all(line.lstrip().startswith("#") for line in lines)
+
+
+def split_points(cells: list[tuple[str, int, int]], height: int = HEIGHT,
+                 headings: frozenset = frozenset()) -> list[str]:
     """Cells (id, top, bottom, in slide pixels) of one slide: where to start new subslides.
 
-    A cell that starts on screen but ends below it, or starts below it, begins a new
-    subslide, unless it is the slide's first cell (nothing to split off before it)."""
-    points, first, offset = [], None, None
+    A cell that ends below the screen (or starts below it) begins a new subslide, unless it
+    is the slide's first cell (nothing to split off before it). Every subslide starts its
+    first cell where this slide starts its own (below the slide's padding). A heading (an
+    id in HEADINGS) is never left alone at the bottom of a slide: the cut moves above it,
+    unless it heads the slide, and then there is no cut there."""
+    points, first, offset, previous, padding = [], None, None, None, 0
     for cell_id, top, bottom in cells:
         if bottom <= top:
             continue  # an empty or hidden cell takes no room
         if first is None:
-            first = offset = top
+            first, offset, previous, padding = cell_id, top, (cell_id, top), top
             continue
-        if first + bottom - offset > height:
-            points.append(cell_id)
-            offset = top
+        if bottom - offset + padding > height:
+            cut_id, cut_top = cell_id, top
+            if previous[0] in headings:
+                cut_id, cut_top = previous
+            if cut_id != first and (not points or cut_id != points[-1]):
+                points.append(cut_id)
+                first, offset = cut_id, cut_top
+        previous = (cell_id, top)
     return points
 
 
-def zoom_for(cell_height: int, room: int = HEIGHT - 40) -> int | None:
-    """Percent to scale a cell taller than ROOM by (5 % steps, floor MIN_ZOOM), or None."""
-    if cell_height <= room:
-        return None
-    percent = int(100 * room / cell_height) // 5 * 5
-    return max(MIN_ZOOM, percent)
+def cell_by_id(nb, cell_id: str):
+    return next((c for c in nb.cells if c.get("id") == cell_id), None)
 
 
-def detach_outputs(nb, cell_id: str) -> None:
+def insert_after(nb, cell, new) -> None:
+    nb.cells.insert(nb.cells.index(cell) + 1, new)
+
+
+def detach_outputs(nb, cell_id: str) -> bool:
     """Show a code cell's outputs on a subslide of their own, after its source."""
-    for index, cell in enumerate(nb.cells):
-        if cell.get("id") == cell_id and cell.cell_type == "code" and cell.outputs:
-            shown = copy.deepcopy(cell)
-            shown["id"] = f"{cell_id}o"
-            shown.metadata["tags"] = [t for t in shown.metadata.get("tags", [])
-                                      if not t.startswith("slides-zoom-")] + ["slides-output-only"]
-            set_slide_type(shown, "subslide")
-            cell["outputs"] = []
-            nb.cells.insert(index + 1, shown)
-            return
+    cell = cell_by_id(nb, cell_id)
+    if cell is None or cell.cell_type != "code" or not cell.outputs or not cell.source.strip() \
+            or "slides-output-only" in cell.metadata.get("tags", []):
+        return False
+    shown = copy.deepcopy(cell)
+    shown["id"] = f"{cell_id}o"
+    shown.metadata["tags"] = shown.metadata.get("tags", []) + ["slides-output-only"]
+    set_slide_type(shown, "subslide")
+    cell["outputs"] = []
+    insert_after(nb, cell, shown)
+    return True
+
+
+def _cut_near_middle(lines: list[str], cuts: list[int]) -> int | None:
+    return min(cuts, key=lambda number: abs(number - len(lines) / 2)) if cuts else None
 
 
 def halve_markdown(source: str) -> tuple[str, str] | None:
-    """SOURCE cut at the blank line or list item nearest its middle (outside fences), or None."""
+    """SOURCE cut at the blank line or list item nearest its middle (outside fences, never
+    right after a heading), or None."""
     lines, fenced, cuts = source.split("\n"), False, []
     for number, line in enumerate(lines):
         if line.lstrip().startswith("```"):
             fenced = not fenced
         elif (not fenced and 0 < number < len(lines) - 1
               and (not line.strip() or line.startswith(("- ", "* ")))):
-            cuts.append(number)  # a blank line, or a top-level list item
-    if not cuts:
+            above = [x for x in lines[:number] if x.strip()]
+            if above and not all(x.lstrip().startswith("#") for x in above):
+                cuts.append(number)  # a blank line or a list item, with more than headings above
+    cut = _cut_near_middle(lines, cuts)
+    if cut is None:
         return None
-    cut = min(cuts, key=lambda number: abs(number - len(lines) / 2))
     return "\n".join(lines[:cut]).strip(), "\n".join(lines[cut:]).strip()
 
 
-def split_markdown(nb, cell_id: str) -> bool:
-    """Put the second half of a markdown cell on a subslide of its own; False if it cannot."""
-    for index, cell in enumerate(nb.cells):
-        if cell.get("id") == cell_id and cell.cell_type == "markdown":
-            halves = halve_markdown(cell.source)
-            if halves is None:
-                return False
-            rest = copy.deepcopy(cell)
-            rest["id"] = f"{cell_id}m{len(nb.cells)}"
-            cell["source"], rest["source"] = halves
-            set_slide_type(rest, "subslide")
-            nb.cells.insert(index + 1, rest)
-            return True
-    return False
+def halve_code(source: str) -> tuple[str, str] | None:
+    """Code cut at the blank line nearest its middle (else at the middle line), or None for
+    fewer than 4 lines."""
+    lines = source.rstrip("\n").split("\n")
+    if len(lines) < 4:
+        return None
+    blanks = [n for n in range(1, len(lines) - 1) if not lines[n].strip()]
+    cut = _cut_near_middle(lines, blanks) or len(lines) // 2
+    return "\n".join(lines[:cut]).rstrip(), "\n".join(lines[cut:]).strip("\n")
 
 
 def halve_table(html: str) -> tuple[str, str] | None:
@@ -258,113 +285,172 @@ def halve_table(html: str) -> tuple[str, str] | None:
     return head + body[:cut] + tail, head + body[cut:] + tail
 
 
-def split_table_output(nb, cell_id: str) -> bool:
-    """Show the second half of an output-only cell's HTML table on a subslide of its own."""
-    for index, cell in enumerate(nb.cells):
-        if (cell.get("id") != cell_id or cell.cell_type != "code" or len(cell.outputs) != 1
-                or "text/html" not in cell.outputs[0].get("data", {})):
-            continue
-        halves = halve_table(cell.outputs[0]["data"]["text/html"])
-        if halves is None:
-            return False
-        rest = copy.deepcopy(cell)
-        rest["id"] = f"{cell_id}t{len(nb.cells)}"
-        cell.outputs[0]["data"]["text/html"], rest.outputs[0]["data"]["text/html"] = halves
-        set_slide_type(rest, "subslide")
-        nb.cells.insert(index + 1, rest)
+def halve_text(text: str) -> tuple[str, str] | None:
+    """Printed text cut at its middle line, or None for fewer than 2 lines."""
+    lines = text.rstrip("\n").split("\n")
+    if len(lines) < 2:
+        return None
+    cut = len(lines) // 2
+    return "\n".join(lines[:cut]) + "\n", "\n".join(lines[cut:]) + "\n"
+
+
+def _continued(cell, suffix: str, nb):
+    rest = copy.deepcopy(cell)
+    rest["id"] = f"{cell['id']}{suffix}{len(nb.cells)}"
+    set_slide_type(rest, "subslide")
+    return rest
+
+
+def split_markdown(nb, cell_id: str) -> bool:
+    """Put the second half of a markdown cell on a subslide of its own; False if it cannot."""
+    cell = cell_by_id(nb, cell_id)
+    if cell is None or cell.cell_type != "markdown":
+        return False
+    halves = halve_markdown(cell.source)
+    if halves is None:
+        return False
+    rest = _continued(cell, "m", nb)
+    cell["source"], rest["source"] = halves
+    insert_after(nb, cell, rest)
+    return True
+
+
+def split_code(nb, cell_id: str) -> bool:
+    """Put the second half of an output-less code cell's source on a subslide of its own."""
+    cell = cell_by_id(nb, cell_id)
+    if cell is None or cell.cell_type != "code" or cell.outputs:
+        return False
+    halves = halve_code(cell.source)
+    if halves is None:
+        return False
+    rest = _continued(cell, "s", nb)
+    cell["source"], rest["source"] = halves
+    insert_after(nb, cell, rest)
+    return True
+
+
+def split_output(nb, cell_id: str) -> bool:
+    """Show the second half of an output-only cell (an HTML table, or printed text) on a
+    subslide of its own."""
+    cell = cell_by_id(nb, cell_id)
+    if cell is None or cell.cell_type != "code" or not cell.outputs \
+            or "slides-output-only" not in cell.metadata.get("tags", []):
+        return False
+    if len(cell.outputs) > 1:  # one output per slide first
+        rest = _continued(cell, "p", nb)
+        half = (len(cell.outputs) + 1) // 2
+        cell["outputs"], rest["outputs"] = cell.outputs[:half], cell.outputs[half:]
+        insert_after(nb, cell, rest)
         return True
-    return False
+    output = cell.outputs[0]
+    data = output.get("data", {})
+    if "text/html" in data:
+        halves = halve_table("".join(data["text/html"]))
+        key = ("data", "text/html")
+    elif output.get("output_type") == "stream":
+        halves, key = halve_text("".join(output.get("text", ""))), ("text",)
+    elif "text/plain" in data:
+        halves = halve_text("".join(data["text/plain"]))
+        key = ("data", "text/plain")
+    else:
+        return False
+    if halves is None:
+        return False
+    rest = _continued(cell, "t", nb)
+    for target, half in zip((cell, rest), halves, strict=True):
+        out = target.outputs[0]
+        if key[0] == "data":
+            out["data"] = {key[1]: half}
+        else:
+            out["text"] = half
+    insert_after(nb, cell, rest)
+    return True
 
 
-def apply_fit(nb, splits: set[str], zooms: dict[str, int]) -> None:
+def make_subslides(nb, cell_ids: set[str]) -> None:
     for cell in nb.cells:
-        if cell.get("id") in splits and slide_type(cell) in ("-", "fragment"):
+        if cell.get("id") in cell_ids and slide_type(cell) in ("-", "fragment"):
             set_slide_type(cell, "subslide")
-        if cell.get("id") in zooms:
-            tags = [t for t in cell.metadata.get("tags", []) if not t.startswith("slides-zoom-")]
-            cell.metadata["tags"] = tags + [f"slides-zoom-{zooms[cell['id']]}"]
-
-
-MEASURE_JS = """() => {
-  const out = [];
-  for (const slide of document.querySelectorAll('.reveal .slides section')) {
-    if (slide.querySelector('section')) continue;
-    Reveal.slide(...Object.values(Reveal.getIndices(slide)).slice(0, 2));
-    const cells = [];
-    for (const cell of slide.querySelectorAll('.jp-Cell')) {  // fragments wrap some cells
-      const top = cell.offsetTop;
-      cells.push([cell.id.replace('cell-id=', ''), top, top + cell.offsetHeight]);
-    }
-    out.push({height: slide.scrollHeight, cells});
-  }
-  return out;
-}"""
 
 
 def open_deck(browser, path: Path):
     page = browser.new_page(viewport={"width": WIDTH, "height": HEIGHT})
     page.goto(path.resolve().as_uri())
     page.wait_for_function("() => window.Reveal && Reveal.isReady && Reveal.isReady()")
+    page.evaluate("() => document.fonts.ready")
     return page
 
 
-def measure(browser, path: Path) -> list[dict]:
+def probe_state(page, floors: dict) -> dict:
+    """What the current state shows (see probe.js): cells, extent, problems."""
+    return page.evaluate(f"({PROBE_JS})", {"floors": floors, "width": WIDTH, "height": HEIGHT})
+
+
+def measure(browser, path: Path, floors: dict | None = None) -> list[dict]:
+    """Every slide of the deck at PATH with all its fragments shown (see probe.js)."""
     page = open_deck(browser, path)
     try:
-        return page.evaluate(MEASURE_JS)
+        return page.evaluate(f"""(args) => {{
+            const probe = ({PROBE_JS});
+            return Reveal.getSlides().map((slide) => {{
+                const where = Reveal.getIndices(slide);
+                Reveal.slide(where.h, where.v);
+                while (Reveal.availableFragments().next) Reveal.nextFragment();
+                return probe(args);
+            }});
+        }}""", {"floors": floors or {}, "width": WIDTH, "height": HEIGHT})
     finally:
         page.close()
 
 
-def fit_deck(browser, nb, path: Path, render) -> int:
-    """Split and scale NB until its deck at PATH fits; returns how many slides still do not.
+def fits(slide: dict) -> bool:
+    return slide["bottom"] <= HEIGHT + 1 and slide["right"] <= WIDTH + 1
 
-    In order: split a slide before the cell that crosses the bottom edge; a lone cell too
-    tall gets its outputs on a subslide of their own; a lone part still too tall is scaled
-    down (5 % steps, never below MIN_ZOOM)."""
-    zooms: dict[str, int] = {}
+
+def fit_deck(browser, nb, path: Path, render) -> int:
+    """Split NB until its deck at PATH fits the screen; returns how many slides still do not.
+
+    In order: a new slide before the cell that crosses the bottom edge (never right after a
+    heading); a lone cell too tall gets its outputs on a slide of their own; a lone part
+    still too tall is cut in two (markdown, code, a table, printed text). Never scaled."""
     for _ in range(FIT_PASSES):
         changed = False
+        headings = frozenset(c["id"] for c in nb.cells if is_heading_only(c))
         for slide in measure(browser, path):
-            if slide["height"] <= HEIGHT:
+            if fits(slide):
                 continue
             cells = [tuple(c) for c in slide["cells"]]
-            splits = split_points(cells)
-            if splits:
-                apply_fit(nb, set(splits), {})
+            points = split_points(cells, headings=headings)
+            if points:
+                make_subslides(nb, set(points))
                 changed = True
                 continue
-            for cell_id, top, bottom in cells:
-                cell = next((c for c in nb.cells if c.get("id") == cell_id), None)
-                if cell is None:
-                    continue
-                if (cell.cell_type == "code" and cell.outputs and cell.source.strip()
-                        and "slides-output-only" not in cell.metadata.get("tags", [])):
-                    detach_outputs(nb, cell_id)
-                    changed = True
-                    continue
-                current = zooms.get(cell_id, 100)
-                zoom = zoom_for(int((bottom - top) * 100 / current))
-                if zoom == MIN_ZOOM and (split_markdown(nb, cell_id)
-                                         or split_table_output(nb, cell_id)):
-                    changed = True
-                    continue
-                if zoom and zoom < current:
-                    zooms[cell_id] = zoom
-                    apply_fit(nb, set(), zooms)
-                    changed = True
+            crossing = [cid for cid, top, bottom in cells
+                        if bottom > HEIGHT and not is_heading_only(cell_by_id(nb, cid))]
+            for cell_id in crossing[:1]:
+                changed |= (detach_outputs(nb, cell_id) or split_markdown(nb, cell_id)
+                            or split_code(nb, cell_id) or split_output(nb, cell_id))
         if not changed:
             break
         render(nb)
-    return sum(slide["height"] > HEIGHT for slide in measure(browser, path))
+    return sum(not fits(slide) for slide in measure(browser, path))
 
 
 # --- building ---------------------------------------------------------------------------
 
-def render_deck(nb, path: Path) -> None:
+def is_talk(notebook: Path) -> bool:
+    return Path(notebook).stem == TALK
+
+
+def floors_for(notebook: Path) -> dict:
+    return FLOORS["talk" if is_talk(notebook) else "deck"]
+
+
+def render_deck(nb, path: Path, talk: bool = False) -> None:
     exporter = SlidesExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)],
-                              **ASSET_URLS)
-    body, _ = exporter.from_notebook_node(nb)
+                              reveal_transition="none", **ASSET_URLS)
+    sheets = ["fit.css", "talk.css"] if talk else ["fit.css"]
+    body, _ = exporter.from_notebook_node(nb, resources={"deck_css": sheets})
     body = body.replace(f"height: {HEIGHT},", f"height: {HEIGHT}, margin: 0, center: false,", 1)
     body = body.replace("function(Reveal, RevealNotes){",  # tests and the fit drive Reveal
                         "function(Reveal, RevealNotes){ window.Reveal = Reveal;", 1)
@@ -383,19 +469,23 @@ def build_fitted(notebook: Path, outdir: Path, browser=None):
     """The deck's path and the prepared (and, with a browser, fitted) notebook."""
     copy_assets(outdir)
     nb = prepare(nbformat.read(notebook, as_version=4))
-    path = outdir / f"{notebook.stem}.slides.html"
-    render_deck(nb, path)
+    path = outdir / f"{Path(notebook).stem}.slides.html"
+    talk = is_talk(notebook)
+    render_deck(nb, path, talk)
     if browser is not None:
-        left = fit_deck(browser, nb, path, lambda fitted: render_deck(fitted, path))
+        left = fit_deck(browser, nb, path, lambda fitted: render_deck(fitted, path, talk))
         if left:
-            print(f"{path.name}: {left} slide(s) still taller than {HEIGHT}px", file=sys.stderr)
+            print(f"{path.name}: {left} slide(s) still larger than {WIDTH}x{HEIGHT}",
+                  file=sys.stderr)
     return path, nb
 
 
 def copy_assets(outdir: Path) -> None:
-    """fit.css and imgs/ next to the decks, so every image loads offline."""
+    """The style sheets, the emoji font and imgs/ next to the decks, so all loads offline."""
     outdir.mkdir(parents=True, exist_ok=True)
-    shutil.copy(TEMPLATES / "fit.css", outdir / "fit.css")
+    for sheet in ("fit.css", "talk.css"):
+        shutil.copy(TEMPLATES / sheet, outdir / sheet)
+    shutil.copytree(TEMPLATES / "fonts", outdir / "fonts", dirs_exist_ok=True)
     if (ROOT / "imgs").is_dir():
         shutil.copytree(ROOT / "imgs", outdir / "imgs", dirs_exist_ok=True)
 
@@ -405,10 +495,22 @@ def external_assets(html: str) -> list[str]:
     return EXTERNAL.findall(html)
 
 
-def build_all(outdir: Path, fit: bool = True) -> list[Path]:
+def deck_notebooks() -> list[Path]:
+    """The talk first, then every numbered notebook."""
+    talk = ROOT / "notebooks" / f"{TALK}.ipynb"
+    numbered = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    return ([talk] if talk.exists() else []) + numbered
+
+
+def build_all(outdir: Path, fit: bool = True, notebooks: list[Path] | None = None,
+              browser=None) -> list[Path]:
+    """Build the decks of NOTEBOOKS (default: the talk and every notebook) into OUTDIR,
+    fitted in BROWSER (a playwright Chromium; default: one started here)."""
     outdir.mkdir(parents=True, exist_ok=True)
     fetch_vendor(outdir / "vendor")
-    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    notebooks = deck_notebooks() if notebooks is None else notebooks
+    if browser is not None:
+        return [build_deck(nb, outdir, browser) for nb in notebooks]
     if not (fit and CHROMIUM.exists()):
         if fit:
             print(f"!!! {CHROMIUM} is missing: decks built WITHOUT fitting to the screen !!!",

@@ -1,15 +1,21 @@
-"""Give the notebook copies that `make present` opens in RISE the slide breaks of the decks.
+"""Prepare notebook copies for RISE (jupyterlab-rise) at 1280x720: the slide breaks of the
+offline decks, RISE settings, the decks' text sizes and the emoji font.
 
-Usage: python scripts/fit_talk.py build/talk/notebooks
+Usage: python scripts/fit_talk.py build/talk/notebooks/talk.ipynb   (`make talk`)
+       python scripts/fit_talk.py build/talk/notebooks              (`make present`: all)
 
 Each copy is fitted the way `make slides` fits its deck (measured in headless Chromium at
-1280x720); the copy then gets the same subslide breaks on its own cells and RISE metadata
-for a 1280x720 slide. Cells the deck adds (title notes, the seeds slide, outputs shown on a
-slide of their own) have no place in a live notebook, so a slide that still does not fit
-may scroll. Only the copies are written; notebooks/ is never touched.
+1280x720); the copy then gets the same subslide breaks on its own cells. Cells the deck
+adds (title notes, outputs or halves shown on a slide of their own) have no place in a
+live notebook, so a deck slide that needed them may run long in RISE; the talk needs none.
+Next to the copies go rise.css (the decks' sizes, for every notebook of the folder),
+talk.css (the talk's sizes, RISE loads <notebook>.css for that notebook alone) and fonts/.
+Only the copies are written; notebooks/ is never touched.
 """
 
 import importlib.util
+import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -21,8 +27,14 @@ _spec = importlib.util.spec_from_file_location("build_slides",
 build_slides = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(build_slides)
 
-RISE = {"width": build_slides.WIDTH, "height": build_slides.HEIGHT, "scroll": True,
-        "center": False, "margin": 0}
+TEMPLATES = build_slides.TEMPLATES
+# RISE's settings (notebook metadata "rise"): the deck's size, no margin to scale into,
+# no transition or theme that loads web fonts, Space steps through fragments and slides.
+RISE = {"width": build_slides.WIDTH, "height": build_slides.HEIGHT, "margin": 0,
+        "minScale": 1, "center": False, "scroll": False, "theme": "white",
+        "transition": "none", "controls": True, "progress": True, "slideNumber": False,
+        "enable_chalkboard": False, "start_slideshow_at": "beginning",
+        "show_buttons_on_startup": False}
 
 
 def copy_breaks(fitted, original) -> int:
@@ -30,8 +42,8 @@ def copy_breaks(fitted, original) -> int:
     breaks = 0
     for cell in fitted.cells:
         index = cell.metadata.get(build_slides.ORIGIN)
-        if index is None or "slides-output-only" in cell.metadata.get("tags", []):
-            continue
+        if index is None or not re.fullmatch(r"c\d+", cell.get("id", "")):
+            continue  # outputs or a half the deck moved: no cell of the notebook starts there
         target = original.cells[index]
         if (build_slides.slide_type(cell) == "subslide"
                 and build_slides.slide_type(target) in ("-", "fragment")):
@@ -49,13 +61,31 @@ def fit_copy(path: Path, browser, decks: Path) -> None:
     nbformat.write(original, path)
 
 
-def main(folder: str) -> None:
-    notebooks = sorted(Path(folder).glob("[0-9][0-9]_*.ipynb"))
+def copy_styles(folder: Path) -> None:
+    """rise.css, talk.css and the emoji font next to the notebooks RISE shows."""
+    shutil.copy(TEMPLATES / "rise.css", folder / "rise.css")
+    shutil.copy(TEMPLATES / "rise-talk.css", folder / f"{build_slides.TALK}.css")
+    shutil.copytree(TEMPLATES / "fonts", folder / "fonts", dirs_exist_ok=True)
+
+
+def notebooks_at(target: Path) -> list[Path]:
+    if target.is_dir():
+        return sorted(target.glob("[0-9][0-9]_*.ipynb")) + sorted(
+            target.glob(f"{build_slides.TALK}.ipynb"))
+    if target.suffix != ".ipynb" or not target.exists():
+        raise SystemExit(f"fit_talk.py: {target} is neither a notebook nor a folder of them")
+    return [target]
+
+
+def main(target: str) -> None:
+    path = Path(target)
+    notebooks = notebooks_at(path)
+    copy_styles(path if path.is_dir() else path.parent)
     if not build_slides.CHROMIUM.exists():
         print(f"!!! {build_slides.CHROMIUM} is missing: RISE gets 1280x720 but NO slide breaks",
               file=sys.stderr)
-        for path in notebooks:
-            fit_copy(path, None, Path())
+        for notebook in notebooks:
+            fit_copy(notebook, None, Path())
         return
     from playwright.sync_api import sync_playwright
 
@@ -69,8 +99,8 @@ def main(folder: str) -> None:
         browser = p.chromium.launch(executable_path=str(build_slides.CHROMIUM),
                                     args=["--no-sandbox"])
         try:
-            for path in notebooks:
-                fit_copy(path, browser, decks)
+            for notebook in notebooks:
+                fit_copy(notebook, browser, decks)
         finally:
             browser.close()
 

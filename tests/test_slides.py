@@ -67,14 +67,13 @@ def test_a_cell_crossing_the_bottom_edge_starts_a_new_subslide():
     assert build_slides.split_points(cells, height=720) == ["c"]
 
 
+def test_a_cell_that_ends_below_the_screen_by_less_than_the_top_padding_is_still_cut():
+    cells = [("a", 8, 347), ("b", 347, 627), ("c", 627, 725)]
+    assert build_slides.split_points(cells, height=720) == ["c"]
+
+
 def test_a_lone_tall_cell_is_not_split_off_from_itself():
     assert build_slides.split_points([("a", 20, 2000)], height=720) == []
-
-
-def test_a_tall_cell_is_scaled_but_never_below_the_floor():
-    assert build_slides.zoom_for(600) is None
-    assert build_slides.zoom_for(760) == 85
-    assert build_slides.zoom_for(5000) == build_slides.MIN_ZOOM
 
 
 def test_the_title_slide_keeps_heading_and_first_paragraph_and_the_rest_becomes_notes():
@@ -84,17 +83,6 @@ def test_the_title_slide_keeps_heading_and_first_paragraph_and_the_rest_becomes_
     assert title.source == "# 02 · Workers\n\nToo slow? Add workers."
     assert "What you will learn" in notes.source
     assert build_slides.slide_type(notes) == "notes"
-
-
-def test_the_first_seed_mention_is_preceded_by_a_slide_saying_what_seeds_are():
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# Title"),
-        nbformat.v4.new_markdown_cell("Seed 000 says so."),
-        nbformat.v4.new_markdown_cell("Seed 001 too.")])
-    cells = build_slides.prepare(nb).cells
-    seeds = [c for c in cells if c.source == build_slides.SEEDS_SLIDE]
-    assert len(seeds) == 1
-    assert cells[cells.index(seeds[0]) + 1].source == "Seed 000 says so."
 
 
 def test_a_long_markdown_cell_is_halved_at_a_blank_line_outside_code_fences():
@@ -121,9 +109,76 @@ def test_a_long_list_is_halved_between_its_items():
     assert first == "- a\n- b" and second == "- c\n- d"
 
 
-def test_a_title_that_names_a_seed_still_opens_the_deck():
-    title = nbformat.v4.new_markdown_cell("# Hangs\n\nSeed 000 hung.")
-    nb = nbformat.v4.new_notebook(cells=[title])
+def test_a_heading_is_never_left_alone_at_the_bottom_of_a_slide():
+    cells = [("text", 20, 300), ("head", 300, 360), ("code", 360, 900)]
+    assert build_slides.split_points(cells, height=720, headings=frozenset({"head"})) == ["head"]
+
+
+def test_a_heading_that_opens_a_slide_keeps_its_cell():
+    cells = [("head", 20, 80), ("code", 80, 900)]
+    assert build_slides.split_points(cells, height=720, headings=frozenset({"head"})) == []
+
+
+def test_markdown_is_never_cut_right_after_its_heading():
+    first, second = build_slides.halve_markdown("## Title\n\npara one\n\npara two\n\npara three")
+    assert first.startswith("## Title") and "para" in first
+
+
+def test_long_code_is_cut_at_a_blank_line():
+    source = "import a\n\n\nclass A:\n    x = 1\n\n    def f(self):\n        return 2"
+    first, second = build_slides.halve_code(source)
+    assert (first + "\n" + second).split() == source.split()
+    assert second.lstrip().startswith(("def", "class"))
+
+
+def test_printed_output_is_cut_at_its_middle_line():
+    first, second = build_slides.halve_text("a\nb\nc\nd\n")
+    assert first == "a\nb\n" and second == "c\nd\n"
+
+
+def test_an_instruction_over_a_widget_still_points_to_the_notebook():
+    fixed = build_slides.in_the_notebook("Move the sliders: dataset size and shards.")
+    assert fixed.startswith("In the notebook, move the sliders")
+
+
+def test_the_text_above_a_widget_still_no_longer_asks_to_move_sliders():
+    widget = nbformat.v4.new_code_cell("HangPredictor()")
+    widget.outputs = [{**WIDGET, "data": {**WIDGET["data"], "image/png": "iVBORw0KGgo="}}]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# T"),
+                                         nbformat.v4.new_markdown_cell("Move the sliders."),
+                                         widget])
     cells = build_slides.prepare(nb).cells
-    assert cells[0].source.startswith("# Hangs")
-    assert cells[1].source == build_slides.SEEDS_SLIDE
+    assert "In the notebook, move the sliders." in [c.source for c in cells]
+
+
+def test_no_deck_names_a_source_document_by_its_file_code():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Title"),
+                                         nbformat.v4.new_markdown_cell("A hang.")])
+    assert [c.source for c in build_slides.prepare(nb).cells] == ["# Title", "A hang."]
+
+
+def test_the_talk_is_a_deck_of_its_own_with_the_floors_of_the_back_of_the_room():
+    talk = build_slides.deck_notebooks()[0]
+    assert talk.name == "talk.ipynb"
+    assert build_slides.floors_for(talk) == {"code": 24, "prose": 28, "output": 20, "figure": 18}
+    assert build_slides.floors_for(ROOT / "notebooks/02_workers_and_sharding.ipynb") == {
+        "code": 18}
+
+
+def test_every_line_of_the_talks_shown_code_fits_a_slide_without_wrapping():
+    """At 24 px, 80 characters of DejaVu Sans Mono fill 1160 of the slide's 1248 px; RISE's
+    editor does not wrap, so a longer line would run off the screen."""
+    nb = nbformat.read(ROOT / "notebooks/talk.ipynb", 4)
+    long = [line for c in nb.cells if c.cell_type == "code"
+            and build_slides.slide_type(c) != "skip" for line in c.source.splitlines()
+            if len(line) > 80]
+    assert long == []
+
+
+def test_every_talk_section_has_speaker_notes_with_a_time_mark():
+    nb = nbformat.read(ROOT / "notebooks/talk.ipynb", 4)
+    notes = [c.source for c in nb.cells if build_slides.slide_type(c) == "notes"]
+    marks = [re.match(r"\*\*(\d+):(\d\d)\*\*", n) for n in notes]
+    assert notes and all(marks)
+    minutes = [int(m.group(1)) * 60 + int(m.group(2)) for m in marks]  # h:mm
+    assert minutes == sorted(minutes) and 30 <= minutes[-1] <= 40

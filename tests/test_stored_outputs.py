@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + [
+    ROOT / "notebooks/talk.ipynb"]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 BARE_FIGURE = re.compile(r"^<(?:matplotlib\.figure\.)?Figure size [\d.]+x[\d.]+ with \d+ Axes>$")
