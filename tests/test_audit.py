@@ -246,6 +246,22 @@ def test_a_repeating_order_is_a_warning_in_the_headline_by_default():
     assert "✔" not in title.split("·")[0]
 
 
+def swapped_neighbours(rank, world_size, epoch, n=200, batch_size=4):
+    """One shuffled order; odd epochs swap each sample with its storage neighbour."""
+    order = np.random.default_rng(0).permutation(n)
+    order = order ^ 1 if epoch % 2 else order
+    mine = torch.from_numpy(order[rank::world_size])
+    return list(mine.split(batch_size))
+
+
+def test_an_order_that_changes_every_position_but_keeps_its_shape_is_named_as_such():
+    report = audit(swapped_neighbours, world_size=1, epochs=2, expected=200,
+                   in_process=True, shuffle=True)
+    assert report.status == "fail"
+    title = repr(report).splitlines()[0]
+    assert "✘ similar order across epochs" in title and "order repeats" not in title
+
+
 def test_order_is_not_judged_when_the_loader_is_not_meant_to_shuffle():
     report = audit(strided, world_size=2, epochs=2, expected=12, in_process=True,
                    shuffle=False)

@@ -40,7 +40,7 @@ class Order(Check):
         mark = {True: "✘", None: "⚠"}.get(expect)
         if mark is not None:
             if detail.repeats:
-                out.problems.append((mark, "order repeats"))
+                out.problems.append((mark, detail.order_problem()))
             if detail.poorly_mixed:
                 out.problems.append((mark, detail.mixing_problem()))
             if expect and run.n_epochs < 2:
@@ -74,6 +74,13 @@ class OrderDetail:
     @property
     def poorly_mixed(self) -> bool:
         return self.shuffle is not None and not self.shuffle.well_mixed
+
+    def order_problem(self) -> str:
+        """"order repeats" when a rank reads an epoch in the same order as the one before;
+        else the mixing report's words ("similar order across epochs", or repeats)."""
+        if self.shuffle is None or any(not all(c) for c in self.changes.values()):
+            return "order repeats"
+        return self.shuffle.order_problem or "order repeats"
 
     def mixing_problem(self) -> str:
         if getattr(self.shuffle, "too_few_samples", False):
