@@ -3,10 +3,8 @@ says."""
 
 import numpy as np
 import pytest
-import torch
 from torch.utils.data import DataLoader
 
-from talk_helpers.checks import check_exactly_once
 from talk_helpers.checks.mixing import shuffle_report
 from talk_helpers.lessons.datasets.shuffling import (
     BufferShuffled,
