@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
-from talk_helpers.audit.core import TagWorker
+from talk_helpers.audit.collect import TagWorker
 from talk_helpers.checks import check_exactly_once, ids_of
 from talk_helpers.exercises import (
     Grade,
