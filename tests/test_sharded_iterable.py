@@ -806,9 +806,20 @@ def test_the_module_imports_only_torch_numpy_and_the_standard_library():
 
 # -- notebook 09's machinery ------------------------------------------------------------------
 
+class ModuloShardedIds(torch.utils.data.IterableDataset):
+    """Ids 0..size-1, worker k of n keeping those equal to k modulo n."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        k, n = (0, 1) if info is None else (info.id, info.num_workers)
+        return iter(range(k, self.size, n))
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_simulated_loader_yields_what_a_real_dataloader_yields(num_workers):
-    from talk_helpers.lessons.datasets.basics import ModuloShardedIds
     from talk_helpers.lessons.datasets.exercise import simulated_loader
 
     for dataset, batch_size in ((ModuloShardedIds(23), 4),

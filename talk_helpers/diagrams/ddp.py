@@ -92,8 +92,8 @@ def _placements(data, epoch: int) -> tuple[list, list]:
         if not 0 <= epoch < data.n_epochs:
             raise ValueError(f"epoch must be in 0..{data.n_epochs - 1}, got {epoch}")
         rows, pairs = [], []
-        for r, per_epoch in enumerate(data.world.results):
-            seen = per_epoch[epoch]
+        for r, rank_run in enumerate(data.world.results):
+            seen = rank_run.epochs[epoch]
             workers = seen.num_workers or 0
             rows += [(r, w) for w in range(workers)] or [(r, None)]
             for worker, batch in zip(seen.workers, seen.batches, strict=True):

@@ -267,7 +267,7 @@ def _once_problem(report, once, equal_by: str | None, limit: int) -> Grade:
 
 def _same_share_every_epoch(report) -> str | None:
     """The first rank or (rank, worker) that read the same set of ids in every epoch."""
-    per_epoch = [[report.world.results[r][e] for r in range(report.world_size)]
+    per_epoch = [[report.world.results[r].epochs[e] for r in range(report.world_size)]
                  for e in range(report.n_epochs)]
 
     def shares(seen) -> dict:

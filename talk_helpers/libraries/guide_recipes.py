@@ -104,7 +104,9 @@ def create_webdataset_loader(url, batch_size: int, rank: int, world_size: int, *
 
 
 def _first(batch) -> torch.Tensor:
-    return torch.as_tensor(batch[0], dtype=torch.int64)
+    """The ids of one of the loader's batches: WebLoader's own batch of one adds a leading
+    dimension of 1 over webdataset's batch."""
+    return torch.as_tensor(batch[0], dtype=torch.int64).reshape(-1)
 
 
 def make_guide_pattern3(rank: int, world_size: int, epoch: int, *, sizes=SHARD_SIZES,

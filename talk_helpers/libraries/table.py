@@ -20,12 +20,12 @@ from talk_helpers.checks.verdict import table_html
 def short_error(report) -> str:
     """The innermost exception of the first failed rank, as ``Type: message`` (no paths,
     no process ids): what a notebook shows when a library crashes inside a rank."""
-    text = report.error or ""
-    if report.world is not None and report.world.failed_ranks:
-        text = report.world.ranks[report.world.failed_ranks[0]].error or text
+    errors = [] if report.world is None else [
+        report.world.ranks[r].error for r in report.world.failed_ranks]
+    text = str(next((e for e in errors if e), report.error or "")).strip()
     found = re.findall(r"([A-Za-z_]+(?:Error|Exception): [^\n]*?)(?=\s+[A-Za-z_]+"
-                       r"(?:Error|Exception): |$)", str(text).strip())
-    return found[-1].strip() if found else str(text).strip().splitlines()[-1]
+                       r"(?:Error|Exception): |$)", text)
+    return found[-1].strip() if found else (text.splitlines() or [""])[-1]
 
 
 def resume_verdict(uninterrupted, resumed) -> tuple[bool, str]:
