@@ -46,6 +46,37 @@ def _write_settings(settings_dir: Path) -> None:
         path.write_text(json.dumps(value))
 
 
+def start_lab(root: Path, env: dict, extra_args: list[str]):
+    """A JupyterLab server on loopback, serving ``root``; returns (process, base url) once it
+    answers, or raises with the end of its log if it dies or takes over 120 s."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", "--allow-root",
+         *extra_args],
+        env=env, stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
+            return server, url
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError((root / "server.log").read_text()[-3000:]) from None
+            time.sleep(0.5)
+
+
+def stop_lab(server) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
 @pytest.fixture(scope="session")
 def screenshots() -> Path:
     SCREENSHOTS.mkdir(exist_ok=True)
@@ -63,33 +94,12 @@ def lab_server(tmp_path_factory):
         shutil.copytree(ROOT / "imgs", root / "imgs")
     settings = root / "settings"
     _write_settings(settings)
-    port = _free_port()
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings),
                JUPYTERLAB_WORKSPACES_DIR=str(root / "workspaces"),
                JUPYTER_CONFIG_DIR=str(root / "config"), JUPYTER_RUNTIME_DIR=str(root / "runtime"))
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
-         "--ServerApp.disable_check_xsrf=True", "--allow-root"],
-        env=env, stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"))
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise RuntimeError((root / "server.log").read_text()[-3000:]) from None
-            time.sleep(0.5)
+    server, url = start_lab(root, env, ["--ServerApp.disable_check_xsrf=True"])
     yield url, root
-    server.terminate()
-    try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.kill()
+    stop_lab(server)
 
 
 @pytest.fixture(scope="session")

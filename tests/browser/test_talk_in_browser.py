@@ -9,12 +9,17 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
-from tests.browser.conftest import CHROMIUM, SCREENSHOTS, TOKEN, _free_port, _write_settings
+from tests.browser.conftest import (
+    CHROMIUM,
+    SCREENSHOTS,
+    TOKEN,
+    _write_settings,
+    start_lab,
+    stop_lab,
+)
 from tests.browser.slide_walk import ROOT, Watch, build_slides, reveal_next, walk
 
 FLOORS = build_slides.FLOORS["talk"]
@@ -78,30 +83,9 @@ def rise_talk(tmp_path_factory, browser):
     _write_settings(root / "settings")
     no_extensions = root / "no-extensions"
     no_extensions.mkdir()
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", "--allow-root",
-         f"--RiseApp.labextensions_path={no_extensions}"],
-        env=env, stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"))
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise RuntimeError((root / "server.log").read_text()[-3000:]) from None
-            time.sleep(0.5)
+    server, url = start_lab(root, env, [f"--RiseApp.labextensions_path={no_extensions}"])
     yield f"{url}/rise/notebooks/talk.ipynb?token={TOKEN}"
-    server.terminate()
-    try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.kill()
+    stop_lab(server)
 
 
 def space(page) -> None:
