@@ -738,3 +738,44 @@ def test_a_new_check_is_a_class_in_the_list_the_report_runs():
     assert ("✘", "1 empty ranks") in report.problems
     assert "ranks    ✘ no batch on rank 1" in repr(report)
     assert report.to_dict()["checks"]["empty_rank"] == {"empty_ranks": [1]}
+
+
+# --- shared memory in flight ------------------------------------------------------------------
+
+
+class HeavyIds(torch.utils.data.Dataset):
+    """Ids with a 1 MiB tensor each, the kind of sample that fills /dev/shm."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return {"id": i, "pixels": torch.zeros(256 * 1024)}
+
+
+def heavy_loader(rank, world_size, epoch, workers=2):
+    return DataLoader(HeavyIds(), batch_size=2, num_workers=workers,
+                      multiprocessing_context="fork" if workers else None)
+
+
+def test_batches_in_flight_larger_than_dev_shm_fail_the_audit(monkeypatch):
+    from talk_helpers.audit.checks import shared_memory
+
+    monkeypatch.setattr(shared_memory, "shm_size", lambda path=shared_memory.SHM: 8 * 2**20)
+    report = audit(heavy_loader, world_size=1, epochs=1, expected=8, in_process=True)
+    assert report.status == "fail" and "/dev/shm too small" in repr(report).splitlines()[0]
+    # 2 workers × prefetch 2 + 2 held by the loop = 6 batches of 2 MiB of pixels, and a
+    # page for each batch's tensor of ids
+    assert "6 batches of 2.0 MiB in flight need 12.0 MiB" in repr(report)
+    assert report.to_dict()["checks"]["shared_memory"]["needed_bytes"] == 6 * (2**21 + 4096)
+
+
+def test_batches_that_fit_in_dev_shm_or_use_no_worker_add_nothing_to_the_report(monkeypatch):
+    from talk_helpers.audit.checks import shared_memory
+
+    fits = audit(heavy_loader, world_size=1, epochs=1, expected=8, in_process=True)
+    assert fits.ok and "shared memory" not in repr(fits) and "/dev/shm" not in repr(fits)
+    monkeypatch.setattr(shared_memory, "shm_size", lambda path=shared_memory.SHM: 2**20)
+    no_workers = audit(functools.partial(heavy_loader, workers=0), world_size=1, epochs=1,
+                       expected=8, in_process=True)
+    assert no_workers.ok and "/dev/shm" not in repr(no_workers)

@@ -295,7 +295,7 @@ def _one_epoch(rank, world_size, epoch, loader, plan: Plan, progress: Progress,
             workers.append(worker)
             progress.batches = len(sizes)
             for hook in after:
-                hook(len(sizes))
+                hook(len(sizes), batch)
             if steps is not None and len(sizes) >= steps:
                 truncated = True
                 break

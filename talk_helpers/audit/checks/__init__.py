@@ -43,8 +43,10 @@ from talk_helpers.audit.checks.batch_counts import BatchCounts
 from talk_helpers.audit.checks.batch_sizes import BatchSizes
 from talk_helpers.audit.checks.exactly_once import ExactlyOnce
 from talk_helpers.audit.checks.order import Order
+from talk_helpers.audit.checks.shared_memory import SharedMemory
 from talk_helpers.audit.checks.workers import Workers
 
 __all__ = ["CHECKS", "AuditRun", "Check", "Options", "Recorder", "Verdict"]
 
-CHECKS: tuple[Check, ...] = (ExactlyOnce(), BatchCounts(), BatchSizes(), Order(), Workers())
+CHECKS: tuple[Check, ...] = (ExactlyOnce(), BatchCounts(), BatchSizes(), Order(), Workers(),
+                             SharedMemory())

@@ -77,8 +77,9 @@ class Recorder:
     def start_epoch(self, epoch: int, loader) -> None:
         """Before the epoch's first batch (after the loader is built)."""
 
-    def after_batch(self, batches: int) -> None:
-        """After every batch (``batches`` so far this epoch): keep it cheap."""
+    def after_batch(self, batches: int, batch=None) -> None:
+        """After every batch (``batches`` so far this epoch; ``batch`` as the loader
+        yielded it, for a recorder that measures it): keep it cheap."""
 
     def end_epoch(self, epoch: int) -> Any:
         """After the epoch's last batch: what to send back."""
