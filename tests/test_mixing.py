@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from benchmarks.mixing_false_alarms import sampler_epochs
 from talk_helpers.checks.mixing import (
     GOOD_MIXING,
     ShuffleReport,
@@ -148,19 +149,6 @@ def test_a_shard_local_shuffle_never_reads_well_mixed(seed, ranks, workers, micr
     n = block * ranks * workers
     epochs = [issue_example(rng, micro_batch, ranks, workers, n) for _ in range(2)]
     assert not step_report(epochs).well_mixed
-
-
-def sampler_epochs(rng, n, world, micro_batch, epochs=2):
-    """DistributedSampler's way: one uniform permutation per epoch, padded to a multiple of
-    ``world`` with its first ids, rank r taking positions r, r + world, …"""
-    out = []
-    for _ in range(epochs):
-        order = rng.permutation(n)
-        total = -(-n // world) * world
-        order = np.concatenate([order, order[:total - n]])
-        out.append([[order[r::world][i:i + micro_batch]
-                     for i in range(0, total // world, micro_batch)] for r in range(world)])
-    return out
 
 
 def false_alarms(report_of, seeds) -> int:
