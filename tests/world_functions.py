@@ -88,3 +88,23 @@ def is_imported(name: str) -> bool:
     import sys
 
     return name in sys.modules
+
+
+def collectives_by_group_device(rank: int, world_size: int) -> dict:
+    """Where collective_device puts tensors in the world's gloo group and in a group made
+    like an NCCL one (``"cuda:gloo"``: no CPU backend), and what a CPU all-reduce does there."""
+    from talk_helpers.runtime.devices import collective_device, group_has_cpu_backend
+
+    world_total = torch.ones(1, device=collective_device())
+    dist.all_reduce(world_total)
+    gpu_like = dist.new_group(backend="cuda:gloo")
+    try:
+        dist.all_reduce(torch.ones(1), group=gpu_like)
+        cpu_in_gpu_like = "no error"
+    except RuntimeError as error:
+        cpu_in_gpu_like = str(error)
+    return {"world": str(collective_device()), "world_total": world_total.item(),
+            "world_has_cpu": group_has_cpu_backend(),
+            "gpu_like": collective_device(gpu_like).type,
+            "gpu_like_has_cpu": group_has_cpu_backend(gpu_like),
+            "cpu_in_gpu_like": cpu_in_gpu_like}
