@@ -277,3 +277,9 @@ def test_a_checklist_fails_when_one_item_fails_and_warns_on_warnings():
 def test_a_checklist_refuses_an_item_that_is_not_a_report():
     with pytest.raises(TypeError, match="has no .ok"):
         checklist({"a": 3})
+
+
+def test_a_dataset_counted_at_zero_says_so_and_one_not_counted_says_nothing():
+    counted = check_shm_budget(MIB, num_workers=2, shm_bytes=64 * MIB, dataset_bytes=0)
+    assert "(the dataset adds none)" in repr(counted)
+    assert "dataset" not in repr(check_shm_budget(MIB, num_workers=2, shm_bytes=64 * MIB))

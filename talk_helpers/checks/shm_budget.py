@@ -87,25 +87,27 @@ def dataset_shm_bytes(dataset) -> int:
 
 def check_shm_budget(batch_bytes: int, *, num_workers: int, prefetch_factor: int = 2,
                      shm_bytes: int, ranks_per_node: int = 1,
-                     dataset_bytes: int = 0) -> ShmBudgetReport:
+                     dataset_bytes: int | None = None) -> ShmBudgetReport:
     """Check that what a node's loaders keep in ``/dev/shm`` fits in ``shm_bytes``.
 
     ``batch_bytes`` is what one batch takes in shared memory (:func:`batch_bytes`).
     Each rank keeps ``num_workers × prefetch_factor`` batches waiting plus the two its
     loop holds at the peak, and, under spawn and forkserver, ``dataset_bytes`` for the
-    dataset's own tensors (:func:`dataset_shm_bytes`); ``ranks_per_node`` ranks share one
-    ``/dev/shm``. Without workers nothing crosses a process, so nothing is needed.
+    dataset's own tensors (:func:`dataset_shm_bytes`; None: not counted, and the report
+    does not mention it); ``ranks_per_node`` ranks share one ``/dev/shm``. Without
+    workers nothing crosses a process, so nothing is needed.
     """
     require_int("batch_bytes", batch_bytes, minimum=0)
     require_int("num_workers", num_workers, minimum=0)
     require_int("prefetch_factor", prefetch_factor, minimum=1)
     require_int("shm_bytes", shm_bytes, minimum=1)
     require_int("ranks_per_node", ranks_per_node, minimum=1)
-    require_int("dataset_bytes", dataset_bytes, minimum=0)
+    require_int("dataset_bytes", dataset_bytes, minimum=0, allow_none=True)
     in_flight = (num_workers * prefetch_factor + HELD_BY_LOOP) if num_workers else 0
     return ShmBudgetReport(batch_bytes=page_rounded(batch_bytes), batches=in_flight,
                            ranks_per_node=ranks_per_node, shm_bytes=int(shm_bytes),
-                           dataset_bytes=page_rounded(dataset_bytes) if num_workers else 0)
+                           dataset_bytes=None if dataset_bytes is None or not num_workers
+                           else page_rounded(dataset_bytes))
 
 
 @dataclass(frozen=True)
@@ -118,12 +120,13 @@ class ShmBudgetReport:
     batches: int
     ranks_per_node: int
     shm_bytes: int
-    dataset_bytes: int = 0
+    dataset_bytes: int | None = None
 
     @property
     def needed_bytes(self) -> int:
         """Shared memory the node needs at the peak."""
-        return (self.batches * self.batch_bytes + self.dataset_bytes) * self.ranks_per_node
+        dataset = self.dataset_bytes or 0
+        return (self.batches * self.batch_bytes + dataset) * self.ranks_per_node
 
     @property
     def ok(self) -> bool:
@@ -138,6 +141,8 @@ class ShmBudgetReport:
         if self.dataset_bytes:
             what = f"({what} + the dataset's {size_text(self.dataset_bytes)})"
         need = f"{what}{ranks} need {size_text(self.needed_bytes)}"
+        if self.dataset_bytes == 0:
+            need += " (the dataset adds none)"
         if self.ok:
             return f"shared memory: {need}: they fit in /dev/shm's {size_text(self.shm_bytes)}"
         return f"shared memory: {need}, but /dev/shm holds {size_text(self.shm_bytes)}"

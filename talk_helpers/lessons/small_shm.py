@@ -166,7 +166,9 @@ class SmallShmTable:
             return f"{OK_MARK} {run.batches} batches"
         if run.status == "unavailable":
             return f"{NOTE_MARK} not run"
-        return f"{BAD_MARK} {run.error or run._verdict()}"
+        if run.worker_signals or not run.error:
+            return f"{BAD_MARK} {run._verdict().split(': ', 1)[-1]}"
+        return f"{BAD_MARK} {_cause(run.error)}"
 
     def _headline(self) -> str:
         first = next(iter(self.runs.values()))
@@ -339,6 +341,11 @@ def _last_line(exc: BaseException) -> str:
     if not re.match(r"^\w+(Error|Exception)\b", text):
         text = f"{type(exc).__name__}: {text}"
     return _TORCH_SHM_FILE.sub("</torch_…>", text)
+
+
+def _cause(error: str) -> str:
+    """The last clause of an error, without its errno: "No space left on device"."""
+    return re.sub(r"\s*\(\d+\)$", "", error.rsplit(": ", 1)[-1])
 
 
 def _worker_signals(iterator) -> tuple[str, ...]:
