@@ -117,3 +117,29 @@ class EpochResumable(IterableDataset):
 
 
 uint8_image_loader = partial(image_loader, torch.uint8)
+
+
+def write_caption_files(n, folder):
+    """Captions packed into two .npy files (bytes, ends), for :class:`MappedCaptions`."""
+    encoded = [c.encode() for c in _captions(n)]
+    np.save(f"{folder}/bytes.npy", np.frombuffer(b"".join(encoded), dtype=np.uint8))
+    np.save(f"{folder}/ends.npy", np.cumsum([len(e) for e in encoded]))
+    return folder
+
+
+class MappedCaptions(IterableDataset):
+    """Captions in files each worker maps: a path is all it receives."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def __iter__(self):
+        worker, workers = _worker()
+        ends = np.load(f"{self.folder}/ends.npy", mmap_mode="r")
+        for i in range(worker, len(ends), workers):
+            yield int(ends[i] - (ends[i - 1] if i else 0))
+
+
+def caption_loader(make_dataset):
+    """One worker, the start method left to the default (compare_in_small_shm sets it)."""
+    return DataLoader(make_dataset(), batch_size=32, num_workers=1)

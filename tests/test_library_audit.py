@@ -108,6 +108,47 @@ def test_datasets_set_epoch_before_the_split_is_lost():
     assert not any(before.order_changes[0]) and all(after.order_changes[0])
 
 
+@pytest.mark.parametrize("transform", [
+    lambda d: d.with_format("torch"), lambda d: d.map(lambda row: row),
+    lambda d: d.shuffle(seed=1), lambda d: d.batch(2), lambda d: d.select_columns(["id"])])
+def test_datasets_every_transform_returns_a_dataset_at_epoch_0(transform):
+    shuffled = la.hf_iterable(num_shards=4, shuffle=True)
+    shuffled.set_epoch(3)
+    assert shuffled.epoch == 3 and transform(shuffled).epoch == 0
+
+
+def test_datasets_set_epoch_before_a_transform_is_lost_and_last_it_holds():
+    after = in_process(functools.partial(la.make_hf_loader, shuffle=True, num_workers=0,
+                                         torch_format="after set_epoch"))
+    before = in_process(functools.partial(la.make_hf_loader, shuffle=True, num_workers=0,
+                                          torch_format="before set_epoch"))
+    assert not any(after.order_changes[0]) and all(before.order_changes[0])
+    with pytest.raises(ValueError, match="torch_format"):
+        in_process(functools.partial(la.make_hf_loader, num_workers=0, torch_format="first"))
+
+
+def test_a_fast_forward_over_a_freshly_seeded_shuffle_loses_and_repeats_samples():
+    fresh = functools.partial(la.make_shuffled_iterable_stateful, seed=None)
+    seeded = functools.partial(la.make_shuffled_iterable_stateful, seed=0)
+    ok, verdict = la.resume_verdict(
+        in_process(fresh, shuffle=True),
+        in_process(functools.partial(la.make_resumed, build=fresh), shuffle=True))
+    assert not ok and "lost" in verdict and "repeated" in verdict
+    assert la.resume_verdict(
+        in_process(seeded, shuffle=True),
+        in_process(functools.partial(la.make_resumed, build=seeded), shuffle=True)) \
+        == (True, "exact")
+    assert la.common.job_start() == 0  # the simulated restart is over
+
+
+def test_streaming_reads_its_world_from_the_environment_only():
+    lines = la.streaming_world_source()
+    assert "world.py: from streaming.base import distributed as dist" in lines
+    assert "world.py: rank = dist.get_rank()" in lines
+    assert "distributed.py: def get_rank(): return int(os.environ.get('RANK', 0))" in lines
+    assert any("LOCAL_WORLD_SIZE" in line for line in lines)
+
+
 def test_datasets_shuffle_keeps_its_shards_and_an_unseeded_split_does_not_raise():
     ds = la.hf_iterable(num_shards=4)
     assert ds.shuffle(seed=0, buffer_size=8).num_shards == 4

@@ -312,3 +312,18 @@ def test_with_epoch_after_batched_counts_batches_in_every_worker(tokens_path, tm
     on_loader = wds.WebLoader(batched, batch_size=None, num_workers=2,
                               multiprocessing_context="fork").with_epoch(12)
     assert lb.check_epoch_samples(on_loader, 48).ok
+
+
+def _runs(label, *rates):
+    return lb.Runs(label, [lb.Throughput(label, int(r), 1, 1.0, 0.0) for r in rates])
+
+
+def test_more_workers_than_cores_get_a_verdict_only_beyond_the_spread():
+    slower = {0: _runs("w0", 5, 6, 7), 2: _runs("w2", 9, 10, 11), 4: _runs("w4", 3, 4, 5)}
+    assert lb.beyond_cores(slower, cores=2).endswith("(slower, beyond the spread)")
+    faster = {0: _runs("w0", 5, 6, 7), 2: _runs("w2", 9, 10, 11), 8: _runs("w8", 30, 31, 32)}
+    assert lb.beyond_cores(faster, cores=2).endswith("(faster, beyond the spread)")
+    overlap = {2: _runs("w2", 6, 10, 13), 4: _runs("w4", 7, 9, 12)}
+    assert lb.beyond_cores(overlap, cores=2).endswith("(no verdict: within the spread)")
+    assert lb.beyond_cores({0: _runs("w0", 1), 2: _runs("w2", 2)}, cores=2).startswith(
+        "· nothing to compare")

@@ -15,6 +15,7 @@ from talk_helpers.checks import (
     check_worker_memory,
     checklist,
     dataset_bytes,
+    dataset_shm_bytes,
 )
 
 MIB = 2**20
@@ -106,6 +107,37 @@ def test_a_batch_takes_whole_pages_once_per_storage():
 def test_shm_budget_names_a_bad_argument():
     with pytest.raises(ValueError, match="prefetch_factor"):
         check_shm_budget(1, num_workers=1, prefetch_factor=0, shm_bytes=1)
+    with pytest.raises(ValueError, match="dataset_bytes"):
+        check_shm_budget(1, num_workers=1, shm_bytes=1, dataset_bytes=-1)
+
+
+class Mapped:
+    """A dataset that keeps a path and opens its file in each worker."""
+
+    def __init__(self, path):
+        self.path = path
+
+
+def test_a_tensor_dataset_puts_its_tensors_in_dev_shm_once_a_file_dataset_nothing():
+    packed = Packed(1000)
+    assert dataset_shm_bytes(packed) == 16384 + 8192  # 13,000 bytes and 1,000 int64s, paged
+    assert dataset_shm_bytes({"a": packed.data, "view": packed.data[:10]}) == 16384
+    assert dataset_shm_bytes(Mapped("/data/captions.npy")) == 0
+    assert dataset_shm_bytes(Captions(10)) == 0  # Python objects are pickled, not shared
+
+
+def test_the_dataset_counts_on_every_rank_of_the_node():
+    alone = check_shm_budget(4 * MIB, num_workers=2, shm_bytes=64 * MIB, ranks_per_node=2)
+    with_data = check_shm_budget(4 * MIB, num_workers=2, shm_bytes=64 * MIB, ranks_per_node=2,
+                                 dataset_bytes=10 * MIB)
+    assert alone.ok and not with_data.ok
+    assert with_data.needed_bytes == alone.needed_bytes + 2 * 10 * MIB
+    assert "(6 batches of 4.0 MiB in flight + the dataset's 10.0 MiB) × 2 ranks need 68.0 MiB" \
+        in repr(with_data)
+
+
+def test_without_workers_the_dataset_stays_out_of_dev_shm():
+    assert check_shm_budget(MIB, num_workers=0, shm_bytes=1, dataset_bytes=10 * MIB).ok
 
 
 # ----------------------------------------------------------------- evaluation counts
@@ -245,3 +277,9 @@ def test_a_checklist_fails_when_one_item_fails_and_warns_on_warnings():
 def test_a_checklist_refuses_an_item_that_is_not_a_report():
     with pytest.raises(TypeError, match="has no .ok"):
         checklist({"a": 3})
+
+
+def test_a_dataset_counted_at_zero_says_so_and_one_not_counted_says_nothing():
+    counted = check_shm_budget(MIB, num_workers=2, shm_bytes=64 * MIB, dataset_bytes=0)
+    assert "(the dataset adds none)" in repr(counted)
+    assert "dataset" not in repr(check_shm_budget(MIB, num_workers=2, shm_bytes=64 * MIB))

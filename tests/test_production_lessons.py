@@ -13,7 +13,7 @@ from talk_helpers.checks import (
     check_worker_memory,
 )
 from talk_helpers.lessons.resume_run import epochs_taken
-from talk_helpers.lessons.small_shm import run_in_small_shm
+from talk_helpers.lessons.small_shm import compare_in_small_shm, run_in_small_shm
 from talk_helpers.lessons.worker_memory import measure_worker_memory
 
 MIB = 2**20
@@ -136,3 +136,48 @@ def test_epochs_taken_names_a_bad_stop():
         epochs_taken(make, epochs=2, stop=(0, 0))
 
 
+
+
+# ----------------------------------------------------------------- the dataset in /dev/shm
+
+
+@needs_private_shm
+def test_a_packed_tensor_fails_a_small_dev_shm_under_spawn_and_forkserver_not_fork(tmp_path):
+    """About 100 MiB of captions: a 64 MiB container /dev/shm holds them only when the
+    worker inherits them (fork); mapped from files they fit under every start method."""
+    folder = pd.write_caption_files(190_000, tmp_path)
+    n_bytes = os.path.getsize(tmp_path / "bytes.npy")
+    assert n_bytes > 64 * MIB
+    p = functools.partial
+    table = compare_in_small_shm(
+        {"packed": p(pd.caption_loader, p(pd.TensorCaptions, 190_000)),
+         "mapped": p(pd.caption_loader, p(pd.MappedCaptions, folder))},
+        shm_bytes=64 * MIB)
+    assert table.runs[("packed", "fork")].ok
+    for method in ("forkserver", "spawn"):
+        run = table.runs[("packed", method)]
+        assert run.status == "failed" and "No space left on device" in run.error, run
+    assert all(table.runs[("mapped", m)].ok for m in ("fork", "forkserver", "spawn")), table
+    assert [table.runs[("mapped", m)].batches for m in ("fork", "forkserver", "spawn")] == [4] * 3
+    assert table.cell("packed", "spawn") == "✘ No space left on device"
+    assert table.cell("mapped", "spawn") == "✔ 4 batches"
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_workers_reading_mapped_files_own_no_copy(method, tmp_path):
+    folder = pd.write_caption_files(20_000, tmp_path)
+    payload = sum(os.path.getsize(tmp_path / name) for name in ("bytes.npy", "ends.npy"))
+    measured = measure_worker_memory(pd.MappedCaptions(folder), multiprocessing_context=method)
+    assert payload >= 8 * MIB  # large enough for the check to judge
+    assert check_worker_memory([m.owned for m in measured], payload).ok
+
+
+def test_a_comparison_in_a_small_dev_shm_names_a_bad_argument():
+    with pytest.raises(TypeError, match="loaders"):
+        compare_in_small_shm({}, shm_bytes=64 * MIB)
+    with pytest.raises(TypeError, match=r"loaders\['a'\]"):
+        compare_in_small_shm({"a": 3}, shm_bytes=64 * MIB)
+    with pytest.raises(ValueError, match="start_methods"):
+        compare_in_small_shm({"a": pd.image_loader}, shm_bytes=64 * MIB, start_methods=("thread",))
+    with pytest.raises(ValueError, match="batches"):
+        compare_in_small_shm({"a": pd.image_loader}, shm_bytes=64 * MIB, batches=0)

@@ -153,3 +153,38 @@ def test_the_persistent_twin_of_a_loader_yields_the_same_batches(options):
 def test_a_loader_factory_that_is_not_callable_is_refused_by_name():
     with pytest.raises(TypeError, match="make_loader must be callable"):
         epoch_batches([1, 2], 0, 1)
+
+
+def broadcasts_per_forward(rank, world_size):
+    """Which forwards of a DDP model with buffers start with the buffers' broadcast: a plain
+    step, a step under no_sync(), an evaluation under no_grad(), in a fixed order."""
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.BatchNorm1d(1)))
+    calls = []
+    sync = model._sync_buffers
+    model._sync_buffers = lambda: (calls.append(1), sync())[1]
+    x = torch.arange(4, dtype=torch.float32).unsqueeze(1)
+    seen = []
+
+    def forward(backward=True):
+        before = len(calls)
+        out = model(x).pow(2).mean()
+        if backward:
+            out.backward()
+        seen.append(len(calls) - before)
+
+    forward()
+    forward()
+    with model.no_sync():
+        forward()
+    forward()                      # follows a forward under no_sync
+    with torch.no_grad():
+        forward(backward=False)
+    forward()                      # follows a forward under no_grad
+    return seen
+
+
+def test_ddp_broadcasts_buffers_only_after_a_synchronised_forward():
+    seen = run_world(broadcasts_per_forward, 2, **WORLD).results
+    assert seen == [[1, 1, 1, 0, 1, 0]] * 2

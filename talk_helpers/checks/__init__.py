@@ -7,6 +7,12 @@ Each check returns a small report: ``.ok`` for a self-check, a one-line ``repr``
 ``_repr_html_`` for a notebook cell. Nothing here starts a process.
 """
 
+from talk_helpers.checks.audit_results import (
+    NOTHING_TO_SHOW,
+    NothingToShow,
+    audit_failed,
+    read_audit,
+)
 from talk_helpers.checks.batches import (
     BatchCountReport,
     BatchSizeReport,
@@ -24,7 +30,12 @@ from talk_helpers.checks.preparation import PreparationReport, check_preparation
 from talk_helpers.checks.rank_split import RankSplitReport, check_rank_split
 from talk_helpers.checks.resume import ResumeReport, check_resume
 from talk_helpers.checks.shard_coverage import ShardCoverageReport, check_shard_coverage
-from talk_helpers.checks.shm_budget import ShmBudgetReport, batch_bytes, check_shm_budget
+from talk_helpers.checks.shm_budget import (
+    ShmBudgetReport,
+    batch_bytes,
+    check_shm_budget,
+    dataset_shm_bytes,
+)
 from talk_helpers.checks.worker_memory import (
     WorkerMemoryReport,
     check_worker_memory,
@@ -40,5 +51,7 @@ __all__ = [
     "ResumeReport", "ShardCoverageReport", "ShmBudgetReport", "WorkerMemoryReport",
     "batch_bytes", "check_cache_visibility", "check_eval_counts", "check_preparation_time",
     "check_rank_split", "check_resume", "check_shard_coverage", "check_shm_budget",
-    "check_worker_memory", "checklist", "dataset_bytes",
+    "check_worker_memory", "checklist", "dataset_bytes", "dataset_shm_bytes",
+    # reading an audit's results in a later cell
+    "NOTHING_TO_SHOW", "NothingToShow", "audit_failed", "read_audit",
 ]

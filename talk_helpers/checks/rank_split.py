@@ -13,18 +13,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from talk_helpers.arguments import require_int
+from talk_helpers.checks.audit_results import NothingToShow, audit_failed
 from talk_helpers.checks.ids import ids_in
 from talk_helpers.checks.verdict import listing, mark, verdict_html
 
 __all__ = ["RankSplitReport", "check_rank_split"]
 
 
-def check_rank_split(per_rank_ids) -> RankSplitReport:
+def check_rank_split(per_rank_ids, *, epoch: int = 0) -> RankSplitReport | NothingToShow:
     """Check that no id is read by two ranks; name the ranks that read identical data.
 
     ``per_rank_ids[r]`` holds every id rank ``r`` read (one epoch, any container
-    :func:`talk_helpers.checks.ids_of` reads).
+    :func:`talk_helpers.checks.ids_of` reads); or give the audit report itself, and its
+    ``epoch`` is read (nothing to show when the audit failed).
     """
+    if hasattr(per_rank_ids, "ids") and hasattr(per_rank_ids, "world_size"):
+        report = per_rank_ids
+        if audit_failed(report):
+            return NothingToShow()
+        require_int("epoch", epoch, minimum=0, maximum=report.n_epochs - 1)
+        per_rank_ids = [report.ids(epoch, rank) for rank in range(report.world_size)]
     if not isinstance(per_rank_ids, list | tuple) or not per_rank_ids:
         raise TypeError(f"per_rank_ids must be a non-empty list with the ids of each rank, "
                         f"got {type(per_rank_ids).__name__}")

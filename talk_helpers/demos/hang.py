@@ -4,16 +4,21 @@ Run it with torchrun (any number of processes ≥ 2, on one or more machines)::
 
     torchrun --nproc-per-node 2 -m talk_helpers.demos.hang
     torchrun --nproc-per-node 2 -m talk_helpers.demos.hang --timeout 5
+    torchrun --nproc-per-node 2 -m talk_helpers.demos.hang --backend nccl   # one GPU per rank
 
 Every rank reads the same number of samples, but from shards of different sizes, each
 shard read whole by one DataLoader worker (as Hugging Face iterable datasets assign
 them). Each worker ends its last shard with a partial batch, so ranks make a different
 number of batches. A rank that runs out leaves the loop and joins the end-of-epoch
 all-reduce of the loss, while the others are still all-reducing gradients in DDP's
-backward: the collectives no longer match, and the ranks wait until gloo's collective
-timeout (``--timeout``) ends the wait with an error. Each rank prints what happened to it
-and the script exits with a non-zero code. The fixed version is
-``talk_helpers.demos.hang_fixed``.
+backward: the collectives no longer match, and the ranks wait until the collective timeout
+(``--timeout``) ends the wait with an error. Each rank prints what happened to it and the
+script exits with a non-zero code. The fixed version is ``talk_helpers.demos.hang_fixed``.
+
+``--backend nccl`` runs every rank on the GPU its ``LOCAL_RANK`` names, with its tensors
+there (``collective_device``). NCCL's watchdog would tear a rank down at the timeout; the
+script sets ``TORCH_NCCL_BLOCKING_WAIT=1`` (unless it is set already) so that the timeout
+raises in the loop, as gloo's does, and each rank can say where it was.
 """
 
 from __future__ import annotations
@@ -32,12 +37,15 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from talk_helpers.runtime.devices import collective_device
+
 # DistributedDataParallel imports torch._dynamo when the first model is wrapped, which
 # takes seconds. Importing it here, once, means ranks forked from a notebook kernel
 # (run_world under fork) inherit it and wrap their model at once.
 
 MICRO_BATCH = 4
 WORKERS = 2
+BACKENDS = ("gloo", "nccl")
 SHARD_PATTERN = (4, 6, 8, 6)  # every rank gets 12 samples when world size is 2
 
 
@@ -80,13 +88,16 @@ def make_loader(rank: int, world_size: int) -> DataLoader:
     return DataLoader(dataset, batch_size=MICRO_BATCH, num_workers=WORKERS)
 
 
-def make_model() -> nn.Module:
+def make_model(device: torch.device | None = None) -> nn.Module:
+    """A seeded one-weight model in DDP, on ``device`` (default: the group's, see
+    :func:`~talk_helpers.runtime.devices.collective_device`)."""
     torch.manual_seed(0)
-    return DistributedDataParallel(nn.Linear(1, 1))
+    device = collective_device() if device is None else device
+    return DistributedDataParallel(nn.Linear(1, 1).to(device))
 
 
 def train_step(model: nn.Module, optimiser, ids: torch.Tensor) -> float:
-    x = ids.float().unsqueeze(1) / 10
+    x = ids.to(next(model.parameters()).device).float().unsqueeze(1) / 10
     loss = nn.functional.mse_loss(model(x), 2 * x)
     optimiser.zero_grad()
     loss.backward()  # DDP all-reduces the gradients here: every rank must take part
@@ -107,7 +118,9 @@ def world_from_env() -> tuple[int, int]:
 def parse_args(argv=None, description: str = __doc__) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description.split("\n\n")[0])
     parser.add_argument("--timeout", type=float, default=10.0,
-                        help="gloo collective timeout in seconds (default 10)")
+                        help="collective timeout in seconds (default 10)")
+    parser.add_argument("--backend", choices=BACKENDS, default="gloo",
+                        help="gloo (CPUs, the default) or nccl (the GPU LOCAL_RANK names)")
     return parser.parse_args(argv)
 
 
@@ -160,7 +173,7 @@ def train_epoch(rank: int, world_size: int) -> int:
             total += train_step(model, optimiser, ids)
         where = f"in the end-of-epoch all-reduce of the loss, after {step} steps"
         report_progress(f"out of data after {step} steps")
-        dist.all_reduce(torch.tensor([total]))
+        dist.all_reduce(torch.tensor([total], device=collective_device()))
         where = f"in the barrier after the epoch, after {step} steps"
         dist.barrier()
     except Exception as exc:  # a collective timeout or mismatch
@@ -169,17 +182,35 @@ def train_epoch(rank: int, world_size: int) -> int:
     return step
 
 
-def start_demo(timeout_s: float, setting: str) -> tuple[int, int, list[int]]:
+def join_world(backend: str, timeout_s: float) -> None:
+    """``init_process_group`` for ``backend``: under NCCL on the GPU ``LOCAL_RANK`` names,
+    bound to it (``device_id``), with NCCL's timeout raising in the waiting call."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    timeout = timedelta(seconds=timeout_s)
+    if backend == "gloo":
+        dist.init_process_group("gloo", timeout=timeout)
+        return
+    if not torch.cuda.is_available():
+        sys.exit("--backend nccl needs a GPU: torch.cuda.is_available() is False here")
+    gpu = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(gpu)
+    os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
+    dist.init_process_group("nccl", timeout=timeout, device_id=gpu)
+
+
+def start_demo(timeout_s: float, setting: str,
+               backend: str = "gloo") -> tuple[int, int, list[int]]:
     """Join torchrun's world, arm the watchdog, and have rank 0 announce the plan.
 
     Returns (rank, world_size, batches planned per rank)."""
     rank, world_size = world_from_env()
-    dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+    join_world(backend, timeout_s)
     start_watchdog(rank, 3 * timeout_s + 10)
     sizes = shard_sizes(world_size)
     planned = [expected_batches(sizes, r, world_size) for r in range(world_size)]
     if rank == 0:
-        say(rank, f"shards {sizes}, {WORKERS} workers per rank, {setting}")
+        say(rank, f"shards {sizes}, {WORKERS} workers per rank, {setting}, {backend}")
         say(rank, "batches per rank: " + ", ".join(f"rank {r}: {n}"
                                                    for r, n in enumerate(planned)))
     return rank, world_size, planned
@@ -187,7 +218,8 @@ def start_demo(timeout_s: float, setting: str) -> tuple[int, int, list[int]]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    rank, world_size, planned = start_demo(args.timeout, f"micro-batch {MICRO_BATCH}")
+    rank, world_size, planned = start_demo(args.timeout, f"micro-batch {MICRO_BATCH}",
+                                           args.backend)
     try:
         steps = train_epoch(rank, world_size)
     except CollectiveFailed as exc:

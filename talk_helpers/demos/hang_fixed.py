@@ -4,12 +4,15 @@ Run it with torchrun (any number of processes, on one or more machines)::
 
     torchrun --nproc-per-node 2 -m talk_helpers.demos.hang_fixed
     torchrun --nproc-per-node 2 -m talk_helpers.demos.hang_fixed --fix join
+    torchrun --nproc-per-node 2 -m talk_helpers.demos.hang_fixed --backend nccl  # GPUs
 
 The ranks still make different numbers of batches. Two ways to keep them in step:
 
 * ``--fix flag`` (default): before each step every rank all-reduces "I still have a
   batch" with MIN; as soon as one rank is out of data, every rank stops. The extra
-  batches of the longer ranks are left for the next epoch's shuffle (here: dropped).
+  batches of the longer ranks are left for the next epoch's shuffle (here: dropped). The
+  flag lives on the group's device (``collective_device``): the CPU under gloo, the rank's
+  GPU under NCCL.
 * ``--fix join``: ``torch.distributed.algorithms.join.Join`` with the DDP model; a rank
   that runs out shadows the others' gradient all-reduces until they finish too. It only
   covers DDP's own collectives: another collective inside the loop would hang again.
@@ -29,6 +32,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.join import Join
 
 from talk_helpers.demos.hang import (
+    BACKENDS,
     CollectiveFailed,
     describe,
     make_loader,
@@ -37,6 +41,7 @@ from talk_helpers.demos.hang import (
     start_demo,
     train_step,
 )
+from talk_helpers.runtime.devices import collective_device
 from talk_helpers.runtime.in_rank import report_progress
 
 FIXES = ("flag", "join")
@@ -45,19 +50,22 @@ FIXES = ("flag", "join")
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--timeout", type=float, default=10.0,
-                        help="gloo collective timeout in seconds (default 10)")
+                        help="collective timeout in seconds (default 10)")
     parser.add_argument("--fix", choices=FIXES, default="flag",
                         help="how the ranks are kept in step (default: flag)")
+    parser.add_argument("--backend", choices=BACKENDS, default="gloo",
+                        help="gloo (CPUs, the default) or nccl (the GPU LOCAL_RANK names)")
     return parser.parse_args(argv)
 
 
 def train_with_flag(model, optimiser, loader) -> tuple[int, float, int]:
     """Stop every rank as soon as one is out of data; return (steps, loss, left over)."""
     steps, total = 0, 0.0
+    device = collective_device()
     iterator = iter(loader)
     while True:
         ids = next(iterator, None)
-        has_batch = torch.tensor([0 if ids is None else 1])
+        has_batch = torch.tensor([0 if ids is None else 1], device=device)
         dist.all_reduce(has_batch, op=dist.ReduceOp.MIN)
         if has_batch.item() == 0:
             break
@@ -92,7 +100,7 @@ def train_epoch(rank: int, world_size: int, fix: str = "flag") -> dict:
     started = time.monotonic()
     try:
         steps, total, left_over = train(model, optimiser, make_loader(rank, world_size))
-        loss = torch.tensor([total])
+        loss = torch.tensor([total], device=collective_device())
         dist.all_reduce(loss)
         dist.barrier()
     except Exception as exc:
@@ -103,7 +111,7 @@ def train_epoch(rank: int, world_size: int, fix: str = "flag") -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    rank, world_size, _ = start_demo(args.timeout, f"fix: {args.fix}")
+    rank, world_size, _ = start_demo(args.timeout, f"fix: {args.fix}", args.backend)
     try:
         out = train_epoch(rank, world_size, args.fix)
     except CollectiveFailed as exc:

@@ -119,18 +119,24 @@ def nanotron_rank(rank: int, world_size: int, cfg: FeedConfig) -> dict:
 
 
 def megatron_rank(rank: int, world_size: int, cfg: FeedConfig) -> dict:
-    """Megatron's feeding: TP rank 0 of a data stage reads and broadcasts to its TP group."""
+    """Megatron's feeding: TP rank 0 of a data stage reads and broadcasts to its TP group.
+
+    The broadcast tensors live on the TP group's device (``collective_device``), where
+    Megatron puts them on ``torch.cuda.current_device()``: the CPU in a gloo world, the
+    rank's GPU under NCCL."""
     import torch
     import torch.distributed as dist
     from torch.utils.data import DataLoader
 
     from talk_helpers.lessons.megatron_data import GPTSamples, MegatronPretrainingSampler
     from talk_helpers.model.parallel_groups import create_groups
+    from talk_helpers.runtime.devices import collective_device
 
     groups = create_groups(cfg.tp, cfg.dp, cfg.pp)
     c = groups.coords
     first, last = groups.is_first_stage, groups.is_last_stage
     builds = c.tp_rank == 0 and (first or last)
+    device = collective_device(groups.tp_group)  # Megatron: torch.cuda.current_device()
     dist.barrier()                       # every rank enters the dataset builder
     bytes_read, it = 0, None
     if builds:
@@ -149,17 +155,17 @@ def megatron_rank(rank: int, world_size: int, cfg: FeedConfig) -> dict:
                 continue
             if builds:
                 batch = next(it)
-                text = batch["text"]
+                text = batch["text"].to(device)
                 ids = batch["id"].numpy()
                 data = {"tokens": text[:, :-1].contiguous(), "labels": text[:, 1:].contiguous(),
-                        "loss_mask": torch.ones(mbs, s, dtype=torch.float32),
-                        "position_ids": torch.arange(s).repeat(mbs, 1)}
+                        "loss_mask": torch.ones(mbs, s, dtype=torch.float32, device=device),
+                        "position_ids": torch.arange(s, device=device).repeat(mbs, 1)}
             else:
                 ids = None
-                data = {"tokens": torch.empty(mbs, s, dtype=torch.int64),
-                        "labels": torch.empty(mbs, s, dtype=torch.int64),
-                        "loss_mask": torch.empty(mbs, s, dtype=torch.float32),
-                        "position_ids": torch.empty(mbs, s, dtype=torch.int64)}
+                data = {"tokens": torch.empty(mbs, s, dtype=torch.int64, device=device),
+                        "labels": torch.empty(mbs, s, dtype=torch.int64, device=device),
+                        "loss_mask": torch.empty(mbs, s, dtype=torch.float32, device=device),
+                        "position_ids": torch.empty(mbs, s, dtype=torch.int64, device=device)}
             keys = (["tokens", "position_ids"] if first else []) + \
                    (["labels", "loss_mask"] if last else [])
             for key in keys:
@@ -170,8 +176,8 @@ def megatron_rank(rank: int, world_size: int, cfg: FeedConfig) -> dict:
                 else:
                     received += nbytes
             seen.append({"ids": ids,
-                         "tokens": data["tokens"].numpy() if first else None,
-                         "labels": data["labels"].numpy() if last else None})
+                         "tokens": data["tokens"].cpu().numpy() if first else None,
+                         "labels": data["labels"].cpu().numpy() if last else None})
     if builds:
         bytes_read = samples.indexed.bytes_read
     role = "reads, broadcasts" if builds else ("receives" if first or last else "nothing")

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from talk_helpers.arguments import require_int
+from talk_helpers.runtime.devices import collective_device
 from talk_helpers.third_party import native_stderr_silenced
 
 __all__ = ["plain_timeout", "recorded_collectives", "stack_frames", "with_debug_detail",
@@ -52,7 +53,7 @@ def _rank0_all_reduce(group) -> str:
     joins; returns the first line of the error it ends with."""
     try:
         with native_stderr_silenced():
-            dist.all_reduce(torch.ones(1), group=group)
+            dist.all_reduce(torch.ones(1, device=collective_device(group)), group=group)
     except RuntimeError as exc:
         return _first_line(exc)
     return "✘ the all-reduce finished: nothing hung"
@@ -148,7 +149,7 @@ def with_flight_recorder(rank: int, world_size: int, hold_s: float = 3.0,
     before = _last_record_id()
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=wait_s))
     for _ in range(steps):
-        dist.all_reduce(torch.ones(1), group=group)
+        dist.all_reduce(torch.ones(1, device=collective_device(group)), group=group)
     _hang(rank, group, hold_s)
     return recorded_collectives(_flight_recorder(), group.group_name, after=before)
 

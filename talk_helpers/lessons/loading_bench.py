@@ -3,6 +3,7 @@
 - :func:`make_loader` builds one row of the benchmark ("map", "iterable", "batched",
   "reference", "hf", "wds") over the token memmap of :mod:`talk_helpers.lessons.datasets.fast`;
 - :func:`measure_throughput` iterates a loader with a progress bar and returns samples/s;
+  :func:`compare` and :func:`beyond_cores` judge two settings only beyond their spread;
 - :func:`measure_ceiling` is the same read and the same work in one process, no DataLoader;
 - :func:`time_training_loop` splits a training loop into data time and step time;
 - :func:`epoch_start_times` measures how long each epoch waits for its first batch;
@@ -118,6 +119,23 @@ def compare(a: "Runs", b: "Runs") -> str:
     else:
         verdict = "no verdict: within the spread"
     return f"{ratio:.2f}× ({verdict})"
+
+
+def beyond_cores(by_workers: dict, cores: int | None = None) -> str:
+    """The best setting with more workers than ``cores`` (default: this machine's) against
+    the best within them, ``{num_workers: Runs}``, as :func:`compare` says it: a verdict
+    only beyond the spread of the runs."""
+    if cores is None:
+        cores = os.cpu_count() or 1
+    within = [r for w, r in by_workers.items() if w <= cores]
+    beyond = [r for w, r in by_workers.items() if w > cores]
+    if not within or not beyond:
+        return (f"· nothing to compare: the settings {sorted(by_workers)} are not on both "
+                f"sides of this machine's {cores} cores")
+    best_within = max(within, key=lambda r: r.rate)
+    best_beyond = max(beyond, key=lambda r: r.rate)
+    return (f"more workers than the {cores} cores ({best_beyond.label}) against the best "
+            f"within them ({best_within.label}): {compare(best_beyond, best_within)}")
 
 
 @dataclass

@@ -8,6 +8,10 @@ while the workers fill the queue. The loader's workers start from that process, 
 see the small ``/dev/shm``; nothing outside the process sees it, and it disappears with
 the process.
 
+:func:`compare_in_small_shm` does the same for several loaders, each under every start
+method of its workers, in one such process: which data fits a container under fork,
+forkserver and spawn.
+
 Mounting needs root (CAP_SYS_ADMIN), or user namespaces where the kernel allows them.
 Where neither works, the run reports that it could not, and why, instead of running.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import html
 import os
 import queue
 import re
@@ -30,11 +35,18 @@ import torch.multiprocessing as mp
 
 from talk_helpers.arguments import require_int, require_seconds
 from talk_helpers.checks.sizes import size_text
-from talk_helpers.checks.verdict import NOTE_MARK, mark, verdict_html
+from talk_helpers.checks.verdict import (
+    BAD_MARK,
+    NOTE_MARK,
+    OK_MARK,
+    mark,
+    table_html,
+    verdict_html,
+)
 from talk_helpers.runtime.processes import kill_tree
-from talk_helpers.runtime.start_method import RANK_FORKSERVER_PRELOAD
+from talk_helpers.runtime.start_method import RANK_FORKSERVER_PRELOAD, START_METHODS
 
-__all__ = ["SmallShmRun", "run_in_small_shm"]
+__all__ = ["SmallShmRun", "SmallShmTable", "compare_in_small_shm", "run_in_small_shm"]
 
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 MS_REC, MS_PRIVATE = 0x4000, 0x40000
@@ -90,22 +102,116 @@ class SmallShmRun:
 
 
 def run_in_small_shm(make_loader, *, shm_bytes: int, step_s: float = 0.1,
-                     timeout_s: float = 60.0) -> SmallShmRun:
+                     timeout_s: float = 60.0, batches: int | None = None) -> SmallShmRun:
     """Iterate ``make_loader()`` in a process whose ``/dev/shm`` holds ``shm_bytes``.
 
     ``make_loader`` must be picklable (a module-level function, one from an
-    ``%%importable`` cell, or a ``functools.partial`` of one). The whole run, workers
-    included, is stopped after ``timeout_s``.
+    ``%%importable`` cell, or a ``functools.partial`` of one). ``batches``: stop after that
+    many (default: the whole loader). The whole run, workers included, is stopped after
+    ``timeout_s``.
     """
+    _check_loader("make_loader", make_loader)
+    _check_run(shm_bytes, step_s, timeout_s, batches)
+    runs = _in_child(_one_run, (make_loader, step_s, batches), shm_bytes, timeout_s)
+    return runs if isinstance(runs, SmallShmRun) else runs[0]
+
+
+def compare_in_small_shm(loaders: dict, *, shm_bytes: int,
+                         start_methods: tuple[str, ...] = START_METHODS, batches: int = 4,
+                         step_s: float = 0.05, timeout_s: float = 120.0) -> SmallShmTable:
+    """Each of ``loaders`` (``{label: make_loader}``) with its workers started by each of
+    ``start_methods``, all in one process whose ``/dev/shm`` holds ``shm_bytes``.
+
+    A run takes ``batches`` batches, or fails. ``make_loader()`` must leave the start
+    method to the default (no ``multiprocessing_context``): each run sets it. Under fork
+    a worker inherits the dataset; under forkserver and spawn it receives it pickled, and
+    a tensor in it goes through ``/dev/shm``.
+    """
+    if not isinstance(loaders, dict) or not loaders:
+        raise TypeError(f"loaders must be a non-empty dict {{label: make_loader}}, got {loaders!r}")
+    for label, make_loader in loaders.items():
+        _check_loader(f"loaders[{label!r}]", make_loader)
+    methods = tuple(start_methods)
+    unknown = [m for m in methods if m not in START_METHODS]
+    if not methods or unknown:
+        raise ValueError(f"start_methods must name some of {', '.join(START_METHODS)}, "
+                         f"got {start_methods!r}")
+    _check_run(shm_bytes, step_s, timeout_s, batches)
+    work = tuple((label, method, make_loader) for label, make_loader in loaders.items()
+                 for method in methods)
+    runs = _in_child(_runs_by_method, (work, step_s, batches), shm_bytes, timeout_s)
+    if isinstance(runs, SmallShmRun):  # unavailable, or no answer: the same for every run
+        runs = [runs] * len(work)
+    return SmallShmTable(shm_bytes, tuple(loaders), methods,
+                         {(label, method): run for (label, method, _), run
+                          in zip(work, runs, strict=True)})
+
+
+@dataclass(frozen=True)
+class SmallShmTable:
+    """Runs by loader (rows) and start method (columns), in one private ``/dev/shm``."""
+
+    shm_bytes: int
+    labels: tuple[str, ...]
+    methods: tuple[str, ...]
+    runs: dict
+
+    @property
+    def ok(self) -> bool:
+        return all(run.ok for run in self.runs.values())
+
+    def cell(self, label: str, method: str) -> str:
+        run = self.runs[(label, method)]
+        if run.status == "finished":
+            return f"{OK_MARK} {run.batches} batches"
+        if run.status == "unavailable":
+            return f"{NOTE_MARK} not run"
+        if run.worker_signals or not run.error:
+            return f"{BAD_MARK} {run._verdict().split(': ', 1)[-1]}"
+        return f"{BAD_MARK} {_cause(run.error)}"
+
+    def _headline(self) -> str:
+        first = next(iter(self.runs.values()))
+        if first.status == "unavailable":
+            return first._verdict()
+        return f"in a private /dev/shm of {size_text(self.shm_bytes)}, workers started by:"
+
+    def __repr__(self) -> str:
+        rows = [("", *self.methods)] + [(label, *(self.cell(label, m) for m in self.methods))
+                                        for label in self.labels]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                 for row in rows]
+        return "\n".join([self._headline(), *lines])
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        table = table_html(["", *self.methods],
+                           [[label, *(self.cell(label, m) for m in self.methods)]
+                            for label in self.labels])
+        return f"<div>{html.escape(self._headline())}{table}</div>"
+
+
+def _check_loader(name: str, make_loader) -> None:
     if not callable(make_loader):
-        raise TypeError(f"make_loader must be callable with no arguments, got {make_loader!r}")
+        raise TypeError(f"{name} must be callable with no arguments, got {make_loader!r}")
+
+
+def _check_run(shm_bytes, step_s, timeout_s, batches) -> None:
     require_int("shm_bytes", shm_bytes, minimum=4096)
     if isinstance(step_s, bool) or not isinstance(step_s, int | float) or step_s < 0:
         raise ValueError(f"step_s must be a number of seconds ≥ 0, got {step_s!r}")
     require_seconds("timeout_s", timeout_s)
+    require_int("batches", batches, minimum=1, allow_none=True)
+
+
+def _in_child(job, args: tuple, shm_bytes: int, timeout_s: float):
+    """Run ``job(*args)`` in a new process with a private /dev/shm; return what it put in
+    the queue, or a failed (or unavailable) run."""
     ctx = mp.get_context()
     results = ctx.Queue()
-    process = ctx.Process(target=_child, args=(make_loader, shm_bytes, step_s, results),
+    process = ctx.Process(target=_child, args=(job, args, shm_bytes, results),
                           name="small-shm", daemon=False)
     process.start()
     try:
@@ -121,8 +227,8 @@ def run_in_small_shm(make_loader, *, shm_bytes: int, step_s: float = 0.1,
     return outcome
 
 
-def _child(make_loader, shm_bytes: int, step_s: float, results) -> None:
-    """In the new process: a private /dev/shm, then the training-like loop."""
+def _child(job, args: tuple, shm_bytes: int, results) -> None:
+    """In the new process: a private /dev/shm, then the job."""
     # What a dying worker prints (a Bus error note from torch's signal handler) would land
     # in the notebook among the outputs; the run's report says what happened instead.
     quiet = os.open(os.devnull, os.O_WRONLY)
@@ -137,19 +243,50 @@ def _child(make_loader, shm_bytes: int, step_s: float, results) -> None:
         # This process's workers come from a server of its own, started (after the mount)
         # at the first loader; preloaded with torch, it forks each in hundredths of a second.
         mp.set_forkserver_preload(list(RANK_FORKSERVER_PRELOAD))
+    results.put(job(shm_bytes, *args))
+
+
+def _one_run(shm_bytes: int, make_loader, step_s: float, batches: int | None) -> SmallShmRun:
+    """The training-like loop over ``make_loader()``, as one run."""
     peak = _PeakWatch()
-    batches, iterator = 0, None
+    taken, iterator = 0, None
     try:
         iterator = iter(make_loader())
         for _ in iterator:
-            batches += 1
+            taken += 1
             time.sleep(step_s)  # the training step: slower than loading, as on a GPU
+            if batches is not None and taken >= batches:
+                break
     except Exception as exc:  # noqa: BLE001 - the loader's failure is the result
-        run = SmallShmRun("failed", shm_bytes, batches, _last_line(exc),
+        run = SmallShmRun("failed", shm_bytes, taken, _last_line(exc),
                           _worker_signals(iterator), peak.stop())
     else:
-        run = SmallShmRun("finished", shm_bytes, batches, peak_bytes=peak.stop())
-    results.put(run)
+        run = SmallShmRun("finished", shm_bytes, taken, peak_bytes=peak.stop())
+    _stop_workers(iterator)
+    return run
+
+
+def _runs_by_method(shm_bytes: int, work: tuple, step_s: float,
+                    batches: int) -> list[SmallShmRun]:
+    """One run per (label, start method, make_loader), the workers' start method set
+    before each loader is made."""
+    preloaded = False
+    runs = []
+    for _label, method, make_loader in work:
+        if method == "forkserver" and not preloaded:
+            mp.set_forkserver_preload(list(RANK_FORKSERVER_PRELOAD))
+            preloaded = True
+        mp.set_start_method(method, force=True)
+        runs.append(_one_run(shm_bytes, make_loader, step_s, batches))
+    return runs
+
+
+def _stop_workers(iterator) -> None:
+    """End a DataLoader iterator's workers now (a run stopped early leaves them running)."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        with contextlib.suppress(Exception):
+            shutdown()
 
 
 def _private_dev_shm(shm_bytes: int) -> None:
@@ -204,6 +341,11 @@ def _last_line(exc: BaseException) -> str:
     if not re.match(r"^\w+(Error|Exception)\b", text):
         text = f"{type(exc).__name__}: {text}"
     return _TORCH_SHM_FILE.sub("</torch_…>", text)
+
+
+def _cause(error: str) -> str:
+    """The last clause of an error, without its errno: "No space left on device"."""
+    return re.sub(r"\s*\(\d+\)$", "", error.rsplit(": ", 1)[-1])
 
 
 def _worker_signals(iterator) -> tuple[str, ...]:

@@ -5,9 +5,10 @@ The loops themselves (the one that hangs and its fixes) are written in the noteb
 ``make_loader(rank, world_size, epoch)`` (the signature ``audit`` uses) and call:
 
 - :func:`epoch_batches`: one epoch of that loader, started on every rank before the first
-  step;
+  step (:func:`wait_for_every_rank`);
 - :func:`tiny_ddp_model`: a seeded one-weight model wrapped in DistributedDataParallel, and
-  its optimiser;
+  its optimiser, on the process group's device (the CPU under gloo, the rank's GPU under
+  NCCL), as every batch it is given;
 - :func:`train_step`: forward, ``loss.backward()`` (where DDP all-reduces the gradients),
   optimiser step;
 - :func:`gradient_alone`: the gradient one batch gives on its own, to compare with the one
@@ -25,18 +26,20 @@ import torch.distributed as dist  # under spawn): here it happens before the ran
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, IterableDataset
 
+from talk_helpers.runtime.devices import collective_device
+
 STARTUP_TIMEOUT_S = 300
 
 __all__ = ["STARTUP_TIMEOUT_S", "epoch_batches", "gradient_alone", "tiny_ddp_model",
-           "train_step", "with_persistent_workers"]
+           "train_step", "wait_for_every_rank", "with_persistent_workers"]
 
 
 def epoch_batches(make_loader, rank: int, world_size: int, epoch: int = 0):
     """The batches of ``make_loader(rank, world_size, epoch)``, as an iterator.
 
     Every rank takes its first batch (its workers have started), then waits for the others
-    in a barrier with a generous timeout of its own: starting workers under spawn on a busy
-    machine must not be mistaken for the hang that a short collective timeout is there for.
+    (:func:`wait_for_every_rank`): starting workers under spawn on a busy machine must not be
+    mistaken for the hang that a short collective timeout is there for.
 
     In a warm world (:mod:`talk_helpers.runtime.warm`) a DataLoader with workers is kept,
     with persistent workers, for the next call with the same factory and arguments, as a
@@ -56,8 +59,22 @@ def epoch_batches(make_loader, rank: int, world_size: int, epoch: int = 0):
         loader = warm.kept_loader(key, lambda: with_persistent_workers(made))
     batches = iter(loader)
     first = next(batches, None)
-    dist.monitored_barrier(timeout=timedelta(seconds=STARTUP_TIMEOUT_S))
+    wait_for_every_rank()
     return batches if first is None else itertools.chain([first], batches)
+
+
+def wait_for_every_rank(timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    """Block until every rank of the world reaches this call, for at most ``timeout_s``.
+
+    The barrier runs in a gloo group made for it, so that it has a timeout of its own (not
+    the world's short collective timeout) and works in any job: ``monitored_barrier``
+    exists only for gloo, and in an NCCL job the world's own group has no CPU backend. It
+    names the ranks that never arrived. Every rank must call it, in the same order as its
+    other collectives (``new_group`` is one).
+    """
+    wait = timedelta(seconds=timeout_s)
+    group = dist.new_group(backend="gloo", timeout=wait)
+    dist.monitored_barrier(group=group, timeout=wait, wait_all_ranks=True)
 
 
 def with_persistent_workers(loader: DataLoader) -> DataLoader:
@@ -80,9 +97,10 @@ def with_persistent_workers(loader: DataLoader) -> DataLoader:
 
 
 def tiny_ddp_model() -> tuple[DistributedDataParallel, torch.optim.Optimizer]:
-    """A one-weight linear model, the same on every rank (seeded), in DDP; and its SGD."""
+    """A one-weight linear model, the same on every rank (seeded), in DDP on the group's
+    device (:func:`~talk_helpers.runtime.devices.collective_device`); and its SGD."""
     torch.manual_seed(0)
-    model = DistributedDataParallel(torch.nn.Linear(1, 1))
+    model = DistributedDataParallel(torch.nn.Linear(1, 1).to(collective_device()))
     return model, torch.optim.SGD(model.parameters(), lr=0.1)
 
 
@@ -105,4 +123,5 @@ def gradient_alone(model: DistributedDataParallel, batch: torch.Tensor) -> float
 
 
 def _loss(model, batch: torch.Tensor) -> torch.Tensor:
+    batch = batch.to(next(model.parameters()).device)
     return model(batch.float().unsqueeze(1) / 100).pow(2).mean()

@@ -5,6 +5,8 @@ join. The runtime's tests run them in real worlds; notebook 05 writes its own in
 import torch
 import torch.distributed as dist
 
+from talk_helpers.runtime.devices import collective_device
+
 __all__ = ["all_reduce_sum", "rank_and_world"]
 
 
@@ -15,6 +17,6 @@ def rank_and_world(rank: int, world_size: int) -> tuple[int, int]:
 
 def all_reduce_sum(rank: int, world_size: int, value: float | None = None) -> float:
     """All-reduce one number per rank (``rank + 1`` by default); every rank gets the sum."""
-    t = torch.tensor([float(rank + 1 if value is None else value)])
+    t = torch.tensor([float(rank + 1 if value is None else value)], device=collective_device())
     dist.all_reduce(t)
     return t.item()

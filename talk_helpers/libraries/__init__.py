@@ -39,12 +39,22 @@ from talk_helpers.libraries.streaming_assignment import (
     make_streaming_loader,
     make_streaming_resumed,
     streaming_modules,
+    streaming_world_source,
 )
-from talk_helpers.libraries.table import AuditTable, LibraryRow, resume_verdict, short_error
+from talk_helpers.libraries.table import (
+    AuditTable,
+    LibraryRow,
+    dropped_each_epoch,
+    first_batches,
+    resume_verdict,
+    same_samples_each_epoch,
+    short_error,
+)
 from talk_helpers.libraries.torchdata_loaders import (
     make_map_stateful,
     make_nodes_loader,
     make_plain_iterable_stateful,
+    make_shuffled_iterable_stateful,
 )
 from talk_helpers.libraries.webdataset_loaders import make_wds_loader, make_wds_resampled
 
@@ -55,6 +65,8 @@ __all__ = [
     "make_guide_pattern2", "make_guide_pattern3", "make_hf_loader", "make_hf_stateful",
     "make_litdata_loader", "make_map_stateful", "make_nodes_loader",
     "make_plain_iterable_stateful", "make_reference_loader", "make_reference_stateful",
+    "make_shuffled_iterable_stateful", "dropped_each_epoch", "first_batches",
+    "same_samples_each_epoch", "streaming_world_source",
     "make_resumed", "make_streaming_loader", "make_streaming_resumed", "make_wds_loader",
     "make_wds_resampled", "mystery_loader", "resume_verdict", "shard_paths", "short_error",
     "streaming_modules", "write_tar_shards",

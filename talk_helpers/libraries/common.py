@@ -92,11 +92,23 @@ def collate_ids(items: list) -> torch.Tensor:
     return torch.tensor(items, dtype=torch.int64)
 
 
+_job_start = 0  # how many times the job has restarted, in make_resumed's simulated job
+
+
+def job_start() -> int:
+    """0 in a job's first start; 1 after the restart :func:`make_resumed` simulates. A
+    factory standing in for a library that draws fresh entropy whenever a process starts
+    seeds its draw with it: reproducible here, different after the restart."""
+    return _job_start
+
+
 def make_resumed(rank: int, world_size: int, epoch: int, *, build, stop_after: int = STOP_AFTER):
     """Take ``stop_after`` batches from ``build(rank, world_size, epoch)``, save its
     ``state_dict()`` (through pickle, as a checkpoint file would), then build a new loader
-    the same way, load the state and read it to the end. Returns every batch the "job"
-    saw, before and after the restart, so ``audit`` can check the epoch as a whole."""
+    the same way, as the restarted job (:func:`job_start` is 1 meanwhile), load the state
+    and read it to the end. Returns every batch the "job" saw, before and after the
+    restart, so ``audit`` can check the epoch as a whole."""
+    global _job_start
     loader = build(rank, world_size, epoch)
     iterator = iter(loader)
     before = []
@@ -107,6 +119,10 @@ def make_resumed(rank: int, world_size: int, epoch: int, *, build, stop_after: i
             break
     state = pickle.dumps(loader.state_dict())
     del iterator, loader
-    resumed = build(rank, world_size, epoch)
-    resumed.load_state_dict(pickle.loads(state))
-    return before + list(resumed)
+    _job_start += 1
+    try:
+        resumed = build(rank, world_size, epoch)
+        resumed.load_state_dict(pickle.loads(state))
+        return before + list(resumed)
+    finally:
+        _job_start -= 1

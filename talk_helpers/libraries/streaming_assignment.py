@@ -47,6 +47,35 @@ def streaming_modules():
     return partition.get_partitions, shuffle.get_shuffle
 
 
+def streaming_world_source() -> list[str]:
+    """Where mosaicml-streaming's ``StreamingDataset`` learns its rank and world, read from
+    the installed wheel's source without importing it: what ``World.detect``
+    (``streaming/base/world.py``) calls, and what those functions of
+    ``streaming/base/distributed.py`` return, as ``"file: line"``."""
+    import ast
+    import importlib.machinery
+
+    spec = importlib.machinery.PathFinder.find_spec("streaming")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("mosaicml-streaming is not installed: "
+                          "pip install --no-deps -r requirements-audit.txt")
+    base = os.path.join(list(spec.submodule_search_locations)[0], "base")
+    found = []
+    with open(os.path.join(base, "world.py")) as f:
+        world = f.read()
+    for line in world.splitlines():
+        if "import distributed as dist" in line or "dist.get_" in line:
+            found.append(f"world.py: {line.strip()}")
+    with open(os.path.join(base, "distributed.py")) as f:
+        distributed = f.read()
+    called = {"get_rank", "get_world_size", "get_local_world_size"}
+    for node in ast.parse(distributed).body:
+        if isinstance(node, ast.FunctionDef) and node.name in called:
+            returned = ast.get_source_segment(distributed, node.body[-1])
+            found.append(f"distributed.py: def {node.name}(): {returned}")
+    return found
+
+
 class _StreamingWork(torch.utils.data.IterableDataset):
     """A rank's share of one epoch as mosaicml-streaming computes it: the partition tensor
     ``(nodes, ranks per node, workers per rank, batches per worker, batch size)`` from

@@ -3,7 +3,11 @@
 Every cell comes from a run: the audit's own verdicts (exactly once, batches per rank, the
 order and the mixing, judged only when the loader was meant to shuffle), and the resume
 as **exact**, **wrong** (samples lost, repeated or reordered against the uninterrupted
-run), **crashed** (the resumed run raised) or **not tried** (no resumed run was given).
+run), **crashed** (the resumed run raised) or **not tried** (no resumed run was given). A
+row whose audit failed has nothing to show; its own report says why.
+
+:func:`first_batches`, :func:`same_samples_each_epoch` and :func:`dropped_each_epoch` read
+one audit's ids for a cell, with the same note when the audit failed.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from talk_helpers.checks.verdict import table_html
+from talk_helpers.checks.audit_results import NOTHING_TO_SHOW, NothingToShow, audit_failed
+from talk_helpers.checks.verdict import NOTE_MARK, table_html
 
 
 def short_error(report) -> str:
@@ -63,8 +68,8 @@ class LibraryRow:
 
     def cells(self) -> list[tuple[bool | None, str]]:
         rep = self.report
-        if rep.error is not None:
-            return [(False, "did not finish")] + [(None, "—")] * 4
+        if audit_failed(rep):
+            return [(None, f"{NOTE_MARK} {NOTHING_TO_SHOW}")] + [(None, "—")] * 4
         bad = [c.exactly_once for c in rep.checks if not c.once_ok]
         if bad:
             worst = max(bad, key=lambda x: len(x.missing) + len(x.duplicates))
@@ -139,3 +144,38 @@ class AuditTable:
         marks = {True: "✔ ", False: "✘ ", None: ""}
         return table_html(HEADERS, [[marks[ok] + text for ok, text in line]
                                     for line in self._grid()])
+
+
+def first_batches(report, *, rank: int = 0, count: int = 4):
+    """The first ``count`` batches ``rank`` took in each epoch, one line per epoch."""
+    if audit_failed(report):
+        return NothingToShow()
+    return _Lines([f"epoch {e}: {[b.tolist() for b in report.epochs[e][rank][:count]]}"
+                   for e in range(report.n_epochs)])
+
+
+def same_samples_each_epoch(report) -> bool | NothingToShow:
+    """Whether every rank read the same set of samples in every epoch."""
+    if audit_failed(report):
+        return NothingToShow()
+    return all(set(report.ids(e, r).tolist()) == set(report.ids(0, r).tolist())
+               for e in range(report.n_epochs) for r in range(report.world_size))
+
+
+def dropped_each_epoch(report, n: int) -> list[list[int]] | NothingToShow:
+    """The ids of ``0..n-1`` that no rank read, per epoch."""
+    if audit_failed(report):
+        return NothingToShow()
+    return [sorted(set(range(n)) - {int(i) for r in range(report.world_size)
+                                    for i in report.ids(e, r)})
+            for e in range(report.n_epochs)]
+
+
+class _Lines:
+    """Text lines shown as they are."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines)

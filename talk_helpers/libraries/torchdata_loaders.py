@@ -1,7 +1,11 @@
-"""torchdata: ``StatefulDataLoader`` with a stateful sampler or a plain iterable dataset,
-and ``torchdata.nodes`` as its migration guide sets it up for DDP."""
+"""torchdata: ``StatefulDataLoader`` with a stateful sampler or a plain iterable dataset
+(in a fixed order, or shuffled without a state to save), and ``torchdata.nodes`` as its
+migration guide sets it up for DDP."""
 
 from __future__ import annotations
+
+import numpy as np
+from torch.utils.data import IterableDataset, get_worker_info
 
 from talk_helpers.libraries.common import (
     BATCH_SIZE,
@@ -10,6 +14,7 @@ from talk_helpers.libraries.common import (
     SHARD_SIZES,
     Ids,
     collate_ids,
+    job_start,
     loader_kwargs,
     quiet,
 )
@@ -43,6 +48,41 @@ def make_plain_iterable_stateful(rank: int, world_size: int, epoch: int, *,
     quiet()
     return StatefulDataLoader(ShardedIds(sizes, rank, world_size), batch_size=batch_size,
                               **loader_kwargs(num_workers))
+
+
+class ShuffledShardIds(IterableDataset):
+    """A rank's shards (round robin over ranks, then workers, as notebook 05's
+    ``ShardedIds``), each worker's ids shuffled with a generator seeded by ``seed``, the
+    epoch, the rank and the worker. No ``state_dict``. ``seed=None`` stands for fresh
+    entropy at every start of the job (:func:`~talk_helpers.libraries.common.job_start`):
+    the same order within a run, another one after a restart."""
+
+    def __init__(self, sizes, rank: int, world_size: int, epoch: int, seed: int | None):
+        from talk_helpers.lessons.datasets.ddp import ShardedIds
+
+        self.ids = ShardedIds(sizes, rank, world_size)
+        self.rank, self.epoch = rank, epoch
+        self.seed = 1000 + job_start() if seed is None else seed
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker = info.id if info else 0
+        ids = np.array(list(self.ids))
+        rng = np.random.default_rng([self.seed, self.epoch, self.rank, worker])
+        yield from rng.permutation(ids).tolist()
+
+
+def make_shuffled_iterable_stateful(rank: int, world_size: int, epoch: int, *,
+                                    seed: int | None = None, sizes=SHARD_SIZES,
+                                    num_workers: int = NUM_WORKERS,
+                                    batch_size: int = BATCH_SIZE):
+    """An iterable dataset that shuffles and has no ``state_dict``
+    (:class:`ShuffledShardIds`), in a ``StatefulDataLoader``: a resume fast-forwards."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    quiet()
+    return StatefulDataLoader(ShuffledShardIds(sizes, rank, world_size, epoch, seed),
+                              batch_size=batch_size, **loader_kwargs(num_workers))
 
 
 def make_nodes_loader(rank: int, world_size: int, epoch: int, *, n: int = N_SAMPLES,

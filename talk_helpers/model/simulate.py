@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from talk_helpers.arguments import require_int
+from talk_helpers.checks.audit_results import NothingToShow, audit_failed
 from talk_helpers.checks.verdict import table_html, verdict_html
 from talk_helpers.model.dataloader import loader_batches
 from talk_helpers.model.sharding import POLICIES, worker_streams
@@ -157,9 +158,16 @@ class Simulation:
         """True when every rank gets the same number of batches (DDP steps in lockstep)."""
         return len(set(self.batches_per_rank)) == 1
 
-    def compare(self, real_batches) -> "SimulationCheck":
+    def compare(self, real_batches, *, epoch: int = 0) -> "SimulationCheck | NothingToShow":
         """Compare the prediction with what real ranks received: ``real_batches[rank]`` is
-        the list of batches (id sequences) one rank iterated, e.g. ``report.epochs[0]``."""
+        the list of batches (id sequences) one rank iterated, e.g. ``report.epochs[0]``; or
+        give the audit report itself, and its ``epoch`` is compared (nothing to show when
+        the audit failed)."""
+        if hasattr(real_batches, "epochs") and hasattr(real_batches, "world_size"):
+            if audit_failed(real_batches):
+                return NothingToShow()
+            require_int("epoch", epoch, minimum=0, maximum=real_batches.n_epochs - 1)
+            real_batches = real_batches.epochs[epoch]
         if len(real_batches) != self.nodes:
             raise ValueError(f"real_batches must hold one list per rank ({self.nodes}), "
                              f"got {len(real_batches)}")

@@ -20,8 +20,9 @@ my_causes = {"b", "c"}
 # BEFORE split_dataset_by_node. The split returns a dataset that starts again at epoch 0,
 # so the shuffle never moves on (c); 61 rows in 6 shards give rank 0 31 rows and rank 1 30,
 # and each worker's partial batch makes it 7 against 6 (b).
-# Fix: set_epoch on the dataset after the split; balance the ranks yourself (drop or pad
-# to equal batches, or stop all ranks together, notebook 06).
+# Fix: set_epoch last, on the object handed to the DataLoader (after the split and any
+# other transform); balance the ranks yourself (drop or pad to equal batches, or stop all
+# ranks together, notebook 06).
 # The same audit from the shell:
 #   python -m talk_helpers.audit talk_helpers.libraries.hugging_face:mystery_loader
 #       (with --world-size 2 --epochs 2 --expected 61 --shuffle)
