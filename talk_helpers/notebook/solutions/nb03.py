@@ -1,5 +1,7 @@
 """Solutions to notebook 03's exercises."""
 
+GATED = True  # each opens once its exercise has been attempted
+
 SOLUTIONS = {
     1: """
 %%importable
