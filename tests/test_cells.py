@@ -29,6 +29,7 @@ def fresh_registry(monkeypatch):
     """No names from earlier tests' cells."""
     monkeypatch.setattr(cells, "_latest", {})
     monkeypatch.setattr(cells, "_imports", {})
+    monkeypatch.setattr(cells, "_bodies", {})
 
 
 # ------------------------------------------------------------------------ the analysis
@@ -210,6 +211,70 @@ def test_cells_using_a_cell_run_again_unchanged_pickle_its_new_objects(fresh_reg
     assert pickle.loads(pickle.dumps(made)).n == 3
 
 
+# ------------------------------------------------- an edit reaches the cells that use it
+
+
+def test_an_edited_cell_updates_the_cells_that_use_its_names(fresh_registry):
+    namespace = {}
+    cells.define("def tag():\n    return 'old'\n", namespace)
+    user = cells.define("class Tagged:\n    def __init__(self):\n        self.tag = tag()\n",
+                        namespace)
+    assert namespace["Tagged"]().tag == "old" and cells.last_updates() == []
+    cells.define("def tag():\n    return 'new'\n", namespace)  # the cell, edited
+    assert namespace["Tagged"]().tag == "new"
+    assert namespace["Tagged"].__module__ != user.__name__  # a new module: spawn sees it
+    assert [str(u) for u in cells.last_updates()] == ["↻ updated Tagged, which uses tag"]
+    made = namespace["Tagged"]()
+    assert pickle.loads(pickle.dumps(made)).tag == "new"
+
+
+def test_updates_run_down_a_chain_in_order(fresh_registry):
+    namespace = {}
+    cells.define("SIZE = 4\n", namespace)
+    cells.define("def double():\n    return 2 * SIZE\n", namespace)
+    cells.define("def quadruple():\n    return 2 * double()\n", namespace)
+    cells.define("SIZE = 5\n", namespace)
+    assert namespace["quadruple"]() == 20
+    assert [u.defines for u in cells.last_updates()] == [("double",), ("quadruple",)]
+
+
+def test_a_name_defined_again_by_a_later_cell_keeps_that_definition(fresh_registry):
+    namespace = {}
+    cells.define("def tag():\n    return 'old'\n", namespace)
+    cells.define("def label():\n    return 'first ' + tag()\n", namespace)
+    cells.define("def label():\n    return 'second'\n", namespace)  # another cell
+    cells.define("def tag():\n    return 'new'\n", namespace)
+    assert namespace["label"]() == "second" and cells.last_updates() == []
+
+
+def test_a_cell_that_fails_to_update_says_so_and_keeps_its_last_version(fresh_registry):
+    namespace = {}
+    cells.define("LIMIT = 3\n", namespace)
+    cells.define("assert LIMIT < 10\n\ndef limit():\n    return LIMIT\n", namespace)
+    cells.define("LIMIT = 30\n", namespace)
+    [update] = cells.last_updates()
+    assert str(update) == ("⚠ could not update limit, which uses LIMIT: AssertionError. "
+                           "Run its cell again")
+    assert namespace["limit"]() == 3
+
+
+def test_names_that_stay_the_same_object_update_nothing(fresh_registry):
+    namespace = {}
+    cells.define("import math\n", namespace)
+    cells.define("def root(x):\n    return math.sqrt(x)\n", namespace)
+    cells.define("import math\nTAU = 2 * math.pi\n", namespace)
+    assert cells.last_updates() == []
+
+
+def test_cells_that_use_each_other_update_once_each(fresh_registry):
+    namespace = {}
+    cells.define("def a():\n    return 1\n", namespace)
+    cells.define("def b():\n    return a() + 1\n", namespace)
+    cells.define("def a():\n    return b() if False else 10\n", namespace)  # uses b now
+    assert namespace["b"]() == 11
+    assert len(cells.last_updates()) == 1
+
+
 def test_future_imports_stay_first_and_lines_stay_the_cells(fresh_registry):
     namespace = {}
     cells.define("SIZE = 4\n", namespace)
@@ -327,6 +392,39 @@ def test_an_edited_cell_takes_effect_in_the_next_dataloader(kernel):
     assert kernel.value(loader) == [[0, 100], [1, 101], [0, 102], [1, 103], [0, 104], [1, 105]]
 
 
+WORKER = """\
+    %%importable
+    from torch.utils.data import get_worker_info
+
+
+    def this_worker():
+        info = get_worker_info()
+        return (0, 1) if info is None else (info.id, info.num_workers)
+    """
+
+USES_WORKER = """\
+    %%importable
+    from torch.utils.data import IterableDataset
+
+
+    class UsesWorker(IterableDataset):
+        def __iter__(self):
+            worker, workers = this_worker()
+            yield from range(worker, 4, workers)
+    """
+
+
+def test_an_edit_reaches_workers_of_a_dataset_from_a_cell_not_run_again(kernel):
+    """The stale-name case: ``this_worker`` edited, ``UsesWorker``'s cell left alone."""
+    kernel.define(WORKER)
+    kernel.define(USES_WORKER)
+    loader = "sorted(list(DataLoader(UsesWorker(), batch_size=None, num_workers=2)))"
+    assert kernel.value(loader) == [0, 1, 2, 3]
+    cell = kernel.run(WORKER.replace("(info.id, info.num_workers)", "(0, 1)"))
+    assert _shown(cell) == "↻ updated UsesWorker, which uses this_worker\n"
+    assert kernel.value(loader) == [0, 0, 1, 1, 2, 2, 3, 3]  # each worker reads all now
+
+
 FACTORY = """\
     %%importable
     from torch.utils.data import DataLoader
@@ -415,10 +513,10 @@ def test_a_cell_defined_rank_function_runs_in_every_rank_with_cell_defined_worke
     how, results = shown
     ids = [[0, 0], [1, 1], [0, 2], [1, 3]]
     assert results == [(0, ids), (1, ids)]
-    # Edited: the dataset and the rank function that uses it run again, and the same warm
-    # ranks (forked from the kernel, or new interpreters) import the new cells.
-    kernel.define(SHARDS.format(name="Ranked", sample="10 * i"))
-    kernel.define(RANK_FN)
+    # Edited: the dataset's cell runs again and updates the rank function that uses it;
+    # the same warm ranks (forked from the kernel, or new interpreters) import both.
+    cell = kernel.run(SHARDS.format(name="Ranked", sample="10 * i"))
+    assert _shown(cell) == "↻ updated ids_in_rank, which uses Ranked\n"
     how, results = kernel.value(WORLD)
     assert results == [(r, [[w, 10 * i] for w, i in ids]) for r in [0, 1]]
     assert how == f"{kernel.method}, warm world"

@@ -1,6 +1,8 @@
-"""What a learner meets in notebooks 01-03: a short core path with "Going deeper" after it,
-graders that stored 'not tried' (never a hint or an answer), no term before the notebook
-that explains it, and lesson datasets defined in the cells that teach them."""
+"""What a learner meets in notebooks 01-05: a short core path with "Going deeper" after it,
+graders that stored 'not tried' (never a hint or an answer) and solutions that stayed
+closed, a surprise early in 01, every new word in bold where it is first explained, no
+term before the notebook that explains it, lesson datasets defined in the cells that
+teach them, and collectives whose tensors sit on the group's device."""
 
 import json
 import re
@@ -102,3 +104,63 @@ def test_the_index_points_at_the_one_talk_and_plans_notebook_11():
     assert "11_when_it_breaks_in_production.ipynb" in text
     assert not any(c.get("metadata", {}).get("slideshow", {}).get("slide_type") == "notes"
                    for c in cells)
+
+
+ALL = [*COURSE, "04_seeds_and_epochs.ipynb", "05_ddp_sharding.ipynb"]
+# Words a learner must be told, each explained (in bold) where it is first used in 01-05.
+DEFINED = ["worker", "epoch", "main process", "shard", "sharding", "share", "start method",
+           "uniform shuffle", "mixing score", "Spearman", "storage blocks",
+           "persistent workers", "DDP", "rank", "world", "world size", "process group",
+           "backend", "gloo", "NCCL", "collective", "all-reduce", "broadcast", "buffers",
+           "slot", "micro-batch"]
+COLLECTIVE = re.compile(r"dist\.(all_reduce|all_gather|broadcast|reduce_scatter|reduce)\(")
+
+
+def _prose(name: str) -> list[str]:
+    """The markdown of a notebook after its introduction (whose list names what is to
+    come), the recall answers left out."""
+    cells = [_source(c) for c in _cells(name)[1:] if c["cell_type"] == "markdown"]
+    return [re.sub(r"<details>.*?</details>", "", s, flags=re.S) for s in cells]
+
+
+@pytest.mark.parametrize("word", DEFINED)
+def test_every_new_word_is_explained_where_it_is_first_used(word):
+    pattern = re.compile(rf"(?<![\w-]){re.escape(word)}s?(?![\w-])", re.IGNORECASE)
+    for name in ALL:
+        for text in _prose(name):
+            if pattern.search(text.replace("**", "")):
+                assert re.search(rf"\*\*{re.escape(word)}", text, re.IGNORECASE), \
+                    f"{word!r} is first used in {name} without being explained:\n{text}"
+                return
+    pytest.fail(f"{word!r} is never used")
+
+
+def test_01_reaches_its_first_surprise_by_its_seventh_code_cell():
+    """The talk's came at its fourth, whose cells defined and ran a dataset at once."""
+    code = [c for c in _cells("01_map_style_and_iterable.ipynb") if c["cell_type"] == "code"]
+    first = next(i for i, c in enumerate(code)
+                 if "IterableIds(100)" in _source(c) and "num_workers" in _source(c))
+    assert first <= 6 and _shown(code[first]).strip() == "20"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_solutions_stayed_closed_in_the_stored_outputs(name):
+    shown = [_shown(c) for c in _cells(name)
+             if c["cell_type"] == "code" and "show_solution(" in _source(c)]
+    assert shown, name
+    assert all("opens once the grader above has judged an attempt" in s for s in shown)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_no_speaker_notes_stand_in_a_course_notebook(name):
+    for cell in _cells(name):
+        assert cell.get("metadata", {}).get("slideshow", {}).get("slide_type") != "notes"
+        assert not _source(cell).startswith("Speaker notes")
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_collective_a_reader_may_copy_puts_its_tensor_on_a_device(name):
+    for cell in _cells(name):
+        source = _source(cell)
+        if cell["cell_type"] == "code" and COLLECTIVE.search(source):
+            assert "device=" in source, source

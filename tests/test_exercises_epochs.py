@@ -1,6 +1,8 @@
 """Exercise 04.1's grader: a right MyEpochIds passes, each typical wrong one gets its hint;
 exercise 04.2's grader asks real workers for their seed."""
 
+import random
+
 import numpy as np
 import pytest
 import torch
@@ -84,6 +86,31 @@ class CountsIterations(PlainEpoch):
         return super().__iter__()
 
 
+class ReseedsGlobalRandom(SharedEpoch):
+    """Every check of the order passes; the global `random` is left alike in both workers."""
+
+    def order(self):
+        order = list(range(self.size))
+        random.seed(self.seed * 1000 + int(self.epoch))
+        random.shuffle(order)
+        return np.array(order)
+
+
+class ReseedsGlobalNumpy(SharedEpoch):
+    def order(self):
+        np.random.seed([self.seed, int(self.epoch)])
+        return np.random.permutation(self.size)
+
+
+class ReseedsPerWorkerOnly(SharedEpoch):
+    """The permutation from its own generator; the global `random` reseeded per worker with
+    the same seed every epoch: augmentations would repeat every epoch."""
+
+    def order(self):
+        random.seed(self.seed + _worker()[0])
+        return super().order()
+
+
 class ShardThenShuffle(SharedEpoch):
     def __iter__(self):
         worker, workers = _worker()
@@ -138,6 +165,10 @@ def test_something_else_than_a_dataset_class_is_named():
     (CountsIterations, "new workers every epoch", "not from counting iter() calls"),
     (PlainEpoch, "persistent workers", "never reaches it"),
     (NeedsWorkers, "AttributeError", NO_WORKER_INFO),
+    (ReseedsGlobalRandom, "global `random` is in the same state in workers 0 and 1",
+     "reseeding a global generator"),
+    (ReseedsGlobalNumpy, "numpy's global generator is in the same state", "reseeding"),
+    (ReseedsPerWorkerOnly, "same state in worker 0 of epoch 0 and of epoch 1", "reseeding"),
 ], ids=lambda v: v.__name__ if isinstance(v, type) else "")
 def test_each_typical_wrong_answer_gets_its_own_hint(answer, message, hint):
     grade = grade_epochs(answer)

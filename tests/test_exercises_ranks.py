@@ -2,6 +2,7 @@
 each typical wrong one gets its own hint), and the small exercises' answers."""
 
 import functools
+import random
 
 import numpy as np
 import pytest
@@ -124,6 +125,26 @@ class NeedsWorkers(Whole):
         yield from self.rank_share()[info.id::info.num_workers].tolist()
 
 
+class ReseedsGlobalRandom(Whole):
+    """Every id once, a new order each epoch; the global `random` reseeded alike in every
+    worker of every rank."""
+
+    def permutation(self):
+        order = list(range(self.size))
+        random.seed(self.seed * 1000 + self.epoch)
+        random.shuffle(order)
+        return np.array(order)
+
+
+class ReseedsWithoutRank(Whole):
+    """The global `random` reseeded per epoch and worker, but not per rank: worker k of
+    both ranks would draw the same augmentations."""
+
+    def __iter__(self):
+        random.seed(self.seed * 1000 + self.epoch * 10 + _worker()[0])
+        return super().__iter__()
+
+
 class StubDataset(IterableDataset):
     def __init__(self, size, rank, world_size, seed=0):
         self.size = size
@@ -195,8 +216,13 @@ def test_rank_level_mistakes_are_found_before_a_world_starts(kwargs, message, hi
     ("drop", {"fix": "pad"}, "read twice", "equal_by='pad'"),
     ("drop", {"cls": NestedModulo}, "2 of 4 workers never read", "slot of its own"),
     ("drop", {"cls": ShardThenShuffle}, "rank 0 reads the same ids", "shuffle the whole"),
+    ("drop", {"cls": ReseedsGlobalRandom}, "global `random` is in the same state in workers "
+     "0 and 1 of rank 0, epoch 0", "reseeding a global generator"),
+    ("drop", {"cls": ReseedsWithoutRank}, "same state in worker 0 of rank 0, epoch 0 and of "
+     "rank 1, epoch 0", "reseeding a global generator"),
 ], ids=["no-worker-sharding", "per-worker-seed", "no-set-epoch", "unequal-batches",
-        "padded-but-said-drop", "idle-workers", "shard-then-shuffle"])
+        "padded-but-said-drop", "idle-workers", "shard-then-shuffle", "reseeds-global-random",
+        "reseeds-without-rank"])
 def test_each_typical_wrong_answer_gets_its_own_hint(equal_by, kwargs, message, hint):
     result = grade(equal_by, **kwargs)
     assert result.passed is False and message in result.message, result

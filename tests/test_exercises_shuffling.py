@@ -1,14 +1,17 @@
 """The graders of notebook 03: shuffle before shard passes; each typical wrong answer
 (per-worker seeds, shuffle after shard, no shuffle, a seed ignored or drawn at build time,
-no sharding, a crash without workers) gets its own hint."""
+no sharding, a crash without workers, a global generator reseeded alike in every worker)
+gets its own hint."""
 
 import random
 
 import numpy as np
 import pytest
+import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from talk_helpers.exercises import shuffling, workers
+from talk_helpers.exercises.loading import HINT_GLOBAL_STREAM
 from talk_helpers.exercises.shuffling import grade_shuffle_before_shard
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -93,6 +96,42 @@ class EveryWorkerAPermutation(Shuffled):
         yield from np.random.default_rng(self.seed).permutation(self.size).tolist()
 
 
+class ReseedsGlobalRandom(Shuffled):
+    """The talk's bug in a new place: the permutation right, the global `random` left in
+    the same state in every worker."""
+
+    def __iter__(self):
+        worker, num_workers = _worker()
+        order = list(range(self.size))
+        random.seed(self.seed)
+        random.shuffle(order)
+        yield from order[worker::num_workers]
+
+
+class ReseedsGlobalNumpy(Shuffled):
+    def __iter__(self):
+        worker, num_workers = _worker()
+        np.random.seed(self.seed)
+        yield from np.random.permutation(self.size)[worker::num_workers].tolist()
+
+
+class ReseedsGlobalTorch(Shuffled):
+    def __iter__(self):
+        worker, num_workers = _worker()
+        torch.manual_seed(self.seed)
+        yield from torch.randperm(self.size)[worker::num_workers].tolist()
+
+
+class LocalRandom(Shuffled):
+    """Right: Python's random, but a generator of its own."""
+
+    def __iter__(self):
+        worker, num_workers = _worker()
+        order = list(range(self.size))
+        random.Random(self.seed).shuffle(order)
+        yield from order[worker::num_workers]
+
+
 class AsksWorkerInfoOnly(Shuffled):
     def __iter__(self):
         info = get_worker_info()
@@ -100,7 +139,7 @@ class AsksWorkerInfoOnly(Shuffled):
         yield from order[info.id::info.num_workers].tolist()
 
 
-@pytest.mark.parametrize("right", [ShuffleThenShard, ShuffleThenShardInBlocks])
+@pytest.mark.parametrize("right", [ShuffleThenShard, ShuffleThenShardInBlocks, LocalRandom])
 def test_shuffle_before_shard_with_one_seed_passes(right):
     grade = grade_shuffle_before_shard(right)
     assert grade.ok, grade
@@ -120,10 +159,24 @@ def test_an_untouched_stub_is_not_tried_and_shows_no_hint():
     (SeedDrawnAtBuild, shuffling.HINT_SAME_SEED),
     (EveryWorkerAPermutation, workers.HINT_NO_SHARDING),
     (AsksWorkerInfoOnly, workers.HINT_MAIN_PROCESS),
+    (ReseedsGlobalRandom, HINT_GLOBAL_STREAM),
+    (ReseedsGlobalNumpy, HINT_GLOBAL_STREAM),
+    (ReseedsGlobalTorch, HINT_GLOBAL_STREAM),
 ])
 def test_each_typical_wrong_answer_gets_its_own_hint(wrong, hint):
     grade = grade_shuffle_before_shard(wrong)
     assert grade.passed is False and grade.hint == hint, grade
+
+
+@pytest.mark.parametrize("wrong, generator", [
+    (ReseedsGlobalRandom, "Python's global `random`"),
+    (ReseedsGlobalNumpy, "numpy's global generator"),
+    (ReseedsGlobalTorch, "torch's global generator"),
+])
+def test_reseeding_a_global_generator_fails_and_names_it(wrong, generator):
+    grade = grade_shuffle_before_shard(wrong)
+    assert f"{generator} is in the same state in workers 0 and 1" in grade.message, grade
+    assert "augmentation" in grade.message
 
 
 def test_shuffle_after_shard_is_caught_by_the_mixing_check_with_the_score_named():

@@ -57,3 +57,13 @@ def test_explorer_redraws_when_a_slider_changes():
     assert explorer.redraws == 2 and explorer.report.mixing > first
     explorer.workers.value = 1
     assert explorer.redraws == 3 and explorer.report.ok
+
+
+def test_shown_code_leaves_out_the_docstring_that_would_tell_the_result():
+    from talk_helpers.lessons.datasets.shuffling import show_code
+    from talk_helpers.model.buffers import unbatch_shuffle_rebatch
+
+    shown = show_code(unbatch_shuffle_rebatch).data
+    assert shown.startswith("def unbatch_shuffle_rebatch(") and '"""' not in shown
+    assert "yield batch" in shown
+    assert '"""The WebDataset pattern' in show_code(unbatch_shuffle_rebatch, docstring=True).data

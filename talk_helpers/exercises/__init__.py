@@ -2,8 +2,13 @@
 
 A grader lives here, not in the notebook, so the answer never stands in a cell the
 learner can read. It returns a :class:`Grade`: *passes*, *not yet* with a hint that points
-at the problem without giving the answer, or *not tried* for an untouched stub (what the
-stored outputs show). One module per notebook thread, e.g. ``exercises.workers``.
+at the problem without giving the answer, *not tried* for an untouched stub (what the
+stored outputs show), or *not graded* when the processes it started were too slow to
+answer (:mod:`talk_helpers.exercises.start_up`): slow is never called wrong. One module per
+notebook thread, e.g. ``exercises.workers``.
+
+Every grade but *not tried* counts as an attempt (:func:`attempted`): a solution opens once
+its exercise has been attempted (:mod:`talk_helpers.notebook.solutions`).
 """
 
 from __future__ import annotations
@@ -17,9 +22,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from talk_helpers.palette import BAD_COLOUR, INFO_COLOUR, OK_COLOUR
+from talk_helpers.palette import BAD_COLOUR, INFO_COLOUR, OK_COLOUR, WARN_COLOUR
 
-__all__ = ["Grade", "attempt", "choice", "is_stub", "not_tried", "not_yet", "passes", "raised"]
+__all__ = ["Grade", "GradeFailure", "attempt", "attempted", "choice", "is_stub", "not_graded",
+           "not_tried", "not_yet", "passes", "raised"]
+
+
+_attempted: set[str] = set()  # exercises a grader has judged an attempt at
 
 
 @dataclass(frozen=True)
@@ -27,12 +36,18 @@ class Grade:
     """The answer to one attempt at exercise ``exercise`` (e.g. ``"02.3"``).
 
     ``passed`` is True (passes), False (not yet) or None (not tried: the stub is
-    untouched). ``hint`` is shown only after a wrong attempt."""
+    untouched; or, with ``late``, not graded: the grader's processes did not answer in
+    time). ``hint`` is shown after a wrong attempt or a late one."""
 
     exercise: str
     passed: bool | None
     message: str
     hint: str | None = None
+    late: bool = False
+
+    def __post_init__(self):
+        if self.passed is not None or self.late:
+            _attempted.add(self.exercise)
 
     @property
     def ok(self) -> bool:
@@ -43,12 +58,17 @@ class Grade:
             return "✔", "passes", OK_COLOUR
         if self.passed is False:
             return "✘", "not yet", BAD_COLOUR
+        if self.late:
+            return "⌛", "not graded", WARN_COLOUR
         return "·", "not tried yet", INFO_COLOUR
+
+    def _shows_hint(self) -> bool:
+        return bool(self.hint) and (self.passed is False or self.late)
 
     def __repr__(self) -> str:
         mark, word, _ = self._head()
         lines = [f"{mark} exercise {self.exercise} {word}: {self.message}"]
-        if self.hint and self.passed is False:
+        if self._shows_hint():
             lines.append(f"  hint: {self.hint}")
         return "\n".join(lines)
 
@@ -59,7 +79,7 @@ class Grade:
         out = (f'<div style="font-family:monospace"><span style="color:{colour};'
                f'font-weight:bold">{mark} exercise {html.escape(self.exercise)} {word}</span>: '
                f"{html.escape(self.message)}")
-        if self.hint and self.passed is False:
+        if self._shows_hint():
             out += f"<br>&nbsp;&nbsp;hint: {html.escape(self.hint)}"
         return out + "</div>"
 
@@ -77,6 +97,27 @@ def not_yet(exercise: str, message: str, hint: str | None = None) -> Grade:
 def not_tried(exercise: str, message: str) -> Grade:
     """The stub is untouched: what to do first."""
     return Grade(exercise, None, message)
+
+
+def not_graded(exercise: str, message: str, hint: str | None = None) -> Grade:
+    """No verdict: the processes the grader started did not answer in time. ``message``
+    says how long they took and to run the grader again; it never blames the code."""
+    return Grade(exercise, None, message, hint, late=True)
+
+
+def attempted(exercise: str) -> bool:
+    """Whether a grader of ``exercise`` (e.g. ``"03.1"``) has judged an attempt in this
+    process (any grade but *not tried*)."""
+    return exercise in _attempted
+
+
+class GradeFailure(Exception):
+    """Raised with a finished grade (*not yet* or *not graded*), so that a grader stops at
+    the first problem it finds."""
+
+    def __init__(self, grade: Grade):
+        super().__init__(grade.message)
+        self.grade = grade
 
 
 def is_stub(value: Any) -> bool:
@@ -121,8 +162,11 @@ def choice(exercise: str, answer: Any, *, options: Sequence, correct: Any,
 
 
 def attempt(exercise: str, run: Callable[[], Grade], *, hint: str | None = None) -> Grade:
-    """``run()``, or *not yet* naming the exception if the learner's code raised."""
+    """``run()``, or the grade a :class:`GradeFailure` carries, or *not yet* naming the
+    exception if the learner's code raised."""
     try:
         return run()
+    except GradeFailure as failure:
+        return failure.grade
     except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
         return raised(exercise, exc, hint)

@@ -9,21 +9,30 @@ takes its shard of it), whoever iterates it.
 
 from __future__ import annotations
 
+from itertools import islice
+
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
-from torch.utils.data._utils.collate import default_collate
 
-from talk_helpers.audit.collect import TagWorker
 from talk_helpers.checks import check_exactly_once, ids_of
 from talk_helpers.exercises import (
     Grade,
+    GradeFailure,
     choice,
     is_stub,
     not_tried,
     not_yet,
     passes,
     raised,
+)
+from talk_helpers.exercises.loading import (
+    HINT_GLOBAL_STREAM,
+    STREAM_NAMES,
+    read_loader,
+    recording_loader,
+    shared_streams,
+    stop_workers,
 )
 
 __all__ = ["SIZE", "grade_epochs", "grade_unseeded_generator", "grade_worker_seed"]
@@ -35,14 +44,6 @@ EXERCISE = "04.1"
 
 NO_WORKER_INFO = ("with num_workers=0 there is no worker: get_worker_info() returns None, "
                   "and the main process must yield the whole epoch")
-
-
-class _Fail(Exception):
-    """Ends a grading at the first problem, carrying its grade."""
-
-    def __init__(self, grade: Grade):
-        super().__init__(grade.message)
-        self.grade = grade
 
 
 def grade_epochs(dataset_class: type) -> Grade:
@@ -62,7 +63,7 @@ def grade_epochs(dataset_class: type) -> Grade:
         _in_this_process(dataset_class)
         fresh = _with_workers(dataset_class, persistent=False)
         _with_workers(dataset_class, persistent=True, orders=fresh)
-    except _Fail as failed:
+    except GradeFailure as failed:
         return failed.grade
     except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
         return raised(EXERCISE, exc, exception_hint(exc))
@@ -113,27 +114,27 @@ def _in_this_process(dataset_class: type) -> None:
     """num_workers=0: the epochs, the seed, reproducibility."""
     dataset = dataset_class(SIZE, seed=0)
     if not callable(getattr(dataset, "set_epoch", None)):
-        raise _Fail(not_yet(EXERCISE, "MyEpochIds has no set_epoch(epoch) method"))
+        raise _failure("MyEpochIds has no set_epoch(epoch) method")
     orders = [_epoch_in_process(dataset, epoch) for epoch in range(2)]
     for epoch, order in enumerate(orders):
         _exactly_once(order, f"in this process (num_workers=0), epoch {epoch}")
     if np.array_equal(orders[0], np.arange(SIZE)):
-        raise _Fail(not_yet(EXERCISE, "epoch 0 comes out in storage order, 0, 1, 2, …",
-                            "shuffle every epoch, the first one too"))
+        raise _failure("epoch 0 comes out in storage order, 0, 1, 2, …",
+                       "shuffle every epoch, the first one too")
     if np.array_equal(orders[0], orders[1]):
-        raise _Fail(not_yet(EXERCISE, "epochs 0 and 1 come out in the same order",
-                            "set_epoch(1) changed nothing: the permutation must depend on "
-                            "the epoch as well as on the seed"))
+        raise _failure("epochs 0 and 1 come out in the same order",
+                       "set_epoch(1) changed nothing: the permutation must depend on "
+                       "the epoch as well as on the seed")
     again = _epoch_in_process(dataset_class(SIZE, seed=0), 0)
     if not np.array_equal(again, orders[0]):
-        raise _Fail(not_yet(EXERCISE, "two MyEpochIds(size, seed=0) give two different orders "
-                                   "in epoch 0",
-                            "the permutation must come from seed and epoch alone, so that "
-                            "every worker (and every rerun) draws the same one"))
+        raise _failure("two MyEpochIds(size, seed=0) give two different orders "
+                       "in epoch 0",
+                       "the permutation must come from seed and epoch alone, so that "
+                       "every worker (and every rerun) draws the same one")
     other = _epoch_in_process(dataset_class(SIZE, seed=1), 0)
     if np.array_equal(other, orders[0]):
-        raise _Fail(not_yet(EXERCISE, "seed=1 gives the same order as seed=0",
-                            "the permutation ignores the seed"))
+        raise _failure("seed=1 gives the same order as seed=0",
+                       "the permutation ignores the seed")
 
 
 def _with_workers(dataset_class: type, *, persistent: bool,
@@ -141,37 +142,63 @@ def _with_workers(dataset_class: type, *, persistent: bool,
     """Two epochs through 2 workers, new ones each epoch or persistent; the orders."""
     where = "with persistent workers" if persistent else "with new workers every epoch"
     dataset = dataset_class(SIZE, seed=0)
-    loader = DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=WORKERS,
-                        persistent_workers=persistent, collate_fn=TagWorker(default_collate))
-    epochs, worker_sets = [], []
-    for epoch in range(2):
-        dataset.set_epoch(epoch)
-        tagged = list(loader)
-        order = np.concatenate([ids_of(t.batch) for t in tagged]) if tagged else np.empty(0)
-        _exactly_once(order, f"{where}, epoch {epoch}", per_worker=tagged)
-        epochs.append(order)
-        worker_sets.append({w: frozenset(np.concatenate([ids_of(t.batch) for t in tagged
-                                                         if t.worker == w]).tolist())
-                            for w in {t.worker for t in tagged}})
+    loader = recording_loader(dataset, batch_size=BATCH_SIZE, num_workers=WORKERS,
+                              persistent_workers=persistent)
+    epochs, worker_sets, runs = [], [], {}
+    try:
+        for epoch in range(2):
+            dataset.set_epoch(epoch)
+            batches, records = read_loader(EXERCISE, loader, where=f"{where}, epoch {epoch}",
+                                           max_batches=4 * SIZE // BATCH_SIZE,
+                                           raised_hint=_line_hint,
+                                           endless_hint="does __iter__ end after its share?")
+            order = np.concatenate([ids_of(b) for b in batches]) if batches else np.empty(0)
+            _exactly_once(order, f"{where}, epoch {epoch}", per_worker=records)
+            epochs.append(order)
+            worker_sets.append(_ids_per_worker(batches, records))
+            runs[f"epoch {epoch}"] = records
+    finally:
+        stop_workers(loader)
     if np.array_equal(epochs[0], epochs[1]):
         hint = ("persistent workers keep the copy of the dataset they started with: an "
                 "attribute that set_epoch changes in the main process never reaches it"
                 if persistent else
                 "each epoch starts new workers, each with a fresh copy of the dataset made "
                 "after set_epoch: take the epoch from set_epoch, not from counting iter() calls")
-        raise _Fail(not_yet(EXERCISE, f"{where}, epochs 0 and 1 come out in the same order", hint))
+        raise _failure(f"{where}, epochs 0 and 1 come out in the same order", hint)
     if worker_sets[0] == worker_sets[1]:
-        raise _Fail(not_yet(EXERCISE, f"{where}, each worker reads the same ids in epochs 0 and "
-                                   "1, only in another order",
-                            "you shuffle inside each worker's shard: shuffle first, then "
-                            "shard (notebook 03)"))
+        raise _failure(f"{where}, each worker reads the same ids in epochs 0 and "
+                       "1, only in another order",
+                       "you shuffle inside each worker's share: shuffle first, then "
+                       "shard (notebook 03)")
     if orders is not None and not all(np.array_equal(a, b) for a, b in zip(orders, epochs,
                                                                             strict=True)):
-        raise _Fail(not_yet(EXERCISE, "persistent workers and new workers give different orders "
-                                   "for the same epoch",
-                            "the order must depend on seed and epoch only, not on how many "
-                            "times a copy of the dataset was iterated"))
+        raise _failure("persistent workers and new workers give different orders "
+                       "for the same epoch",
+                       "the order must depend on seed and epoch only, not on how many "
+                       "times a copy of the dataset was iterated")
+    if not persistent:
+        _streams_apart(runs)
     return epochs
+
+
+def _failure(message: str, hint: str | None = None) -> GradeFailure:
+    """A *not yet* for exercise 04.1, to raise."""
+    return GradeFailure(not_yet(EXERCISE, message, hint))
+
+
+def _streams_apart(runs: dict) -> None:
+    """Fail when the dataset leaves a global generator in the same state in both workers
+    or in both epochs: augmentations drawn from it would agree, or repeat."""
+    shared = shared_streams(runs, across=[("epoch 0", "epoch 1")])
+    if shared is None:
+        return
+    generator, where = shared
+    raise _failure(f"every id once and a new order every epoch, but "
+                   f"after your __iter__ ran, {STREAM_NAMES[generator]} "
+                   f"is in the same state in {where}: an augmentation "
+                   "drawn from it there would be the same",
+                   HINT_GLOBAL_STREAM)
 
 
 # --------------------------------------------------------------------------- the details
@@ -179,7 +206,12 @@ def _with_workers(dataset_class: type, *, persistent: bool,
 
 def _epoch_in_process(dataset, epoch: int) -> np.ndarray:
     dataset.set_epoch(epoch)
-    batches = list(DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=0))
+    most = 4 * SIZE // BATCH_SIZE
+    batches = list(islice(DataLoader(dataset, batch_size=BATCH_SIZE, num_workers=0), most + 1))
+    if len(batches) > most:
+        raise _failure(f"in this process (num_workers=0), epoch {epoch} "
+                       f"holds more than {most} batches of {BATCH_SIZE}",
+                       "does __iter__ end after its share?")
     return np.concatenate([ids_of(b) for b in batches]) if batches else np.empty(0, np.int64)
 
 
@@ -199,7 +231,18 @@ def _exactly_once(order: np.ndarray, where: str, per_worker=None) -> None:
                 "never from its own seed or id")
     elif report.unexpected_count:
         hint = f"yield the ids 0..{SIZE - 1} only"
-    raise _Fail(not_yet(EXERCISE, f"{where}: {line}", hint))
+    raise _failure(f"{where}: {line}", hint)
+
+
+def _ids_per_worker(batches: list, records: list) -> dict[int, frozenset]:
+    ids: dict[int, set] = {}
+    for batch, record in zip(batches, records, strict=True):
+        ids.setdefault(record.worker, set()).update(ids_of(batch).tolist())
+    return {worker: frozenset(found) for worker, found in ids.items()}
+
+
+def _line_hint(line: str) -> str | None:
+    return NO_WORKER_INFO if "NoneType" in line else None
 
 
 def exception_hint(exc: BaseException) -> str | None:

@@ -14,17 +14,39 @@ forkserver worker has no process group) fails under every start method, fork inc
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable
+from itertools import islice
 
 import numpy as np
+import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, DistributedSampler
 
 from talk_helpers.arguments import require_int
 from talk_helpers.audit import audit
 from talk_helpers.audit.core import build_report
 from talk_helpers.checks import check_exactly_once, ids_of
-from talk_helpers.exercises import Grade, choice, is_stub, not_tried, not_yet, passes, raised
+from talk_helpers.exercises import (
+    Grade,
+    GradeFailure,
+    choice,
+    is_stub,
+    not_graded,
+    not_tried,
+    not_yet,
+    passes,
+    raised,
+)
+from talk_helpers.exercises.loading import (
+    HINT_GLOBAL_STREAM,
+    STREAM_NAMES,
+    read_loader,
+    recording_loader,
+    shared_streams,
+)
+from talk_helpers.exercises.start_up import START_FLOOR_S, start_allowance_s
 from talk_helpers.model.simulate import simulate
+from talk_helpers.runtime.start_method import requested_start_method
 
 __all__ = ["DIAGNOSES", "EQUAL_BY", "NUM_WORKERS", "WORLD_SIZE", "grade_diagnosis",
            "grade_idle_workers", "grade_sampler_counts", "grade_whole_dataset"]
@@ -38,16 +60,9 @@ WHOLE = "05.4"
 RANK_IN_WORKER = ("__iter__ runs in a DataLoader worker, and a worker started by spawn or "
                   "forkserver has no process group: use the rank and world size given to "
                   "__init__")
+HINT_ENDLESS = "does __iter__ end once its share is read?"
 NO_WORKER_INFO = ("with num_workers=0 get_worker_info() returns None: the dataset is then "
                   "its rank's only reader, worker 0 of 1")
-
-
-class _Fail(Exception):
-    """Ends a grading at the first problem, carrying its grade."""
-
-    def __init__(self, grade: Grade):
-        super().__init__(grade.message)
-        self.grade = grade
 
 
 # ------------------------------------------------------------------ the small exercises
@@ -120,13 +135,17 @@ def grade_diagnosis(answer) -> Grade:
 
 
 def grade_whole_dataset(make_loader: Callable, *, size: int, equal_by: str | None,
-                        timeout_s: float = 120.0) -> Grade:
+                        timeout_s: float | None = None) -> Grade:
     """Exercise 05.4: ``make_loader(rank, world_size, epoch)`` over ``MyDataset``, audited
-    in a real world of 2 ranks × 2 workers for 2 epochs, shuffle expected.
+    in a real world of 2 ranks × 2 workers for 2 epochs, shuffle expected; then rank 0's
+    and rank 1's workers read again here, to see what they leave in the global random
+    generators.
 
     ``size``: the ids one epoch holds (0..size-1). ``equal_by``: what the dataset does so
     that every rank gets as many batches: ``"drop"`` (a few ids sit out each epoch),
-    ``"pad"`` (a few are read twice) or None (neither).
+    ``"pad"`` (a few are read twice) or None (neither). ``timeout_s``: the audit's
+    deadline; by default what starting its ranks and workers may take on this machine
+    (:func:`audit_deadline_s`).
     """
     size = require_int("size", size, minimum=1)
     if is_stub(make_loader):
@@ -140,16 +159,77 @@ def grade_whole_dataset(make_loader: Callable, *, size: int, equal_by: str | Non
         if any(is_stub(type(getattr(loader, "dataset", None))) for loader in loaders):
             return not_tried(WHOLE, "write MyDataset's __iter__, run its cell, then this one")
         _read_in_this_process(loaders, size)
+        deadline = audit_deadline_s() if timeout_s is None else timeout_s
         report = audit(make_loader, world_size=WORLD_SIZE, epochs=EPOCHS, expected=size,
-                       shuffle=True, timeout_s=timeout_s)
+                       shuffle=True, timeout_s=deadline)
+        if report.failure is not None and report.failure.kind == "hung":
+            return _late(report.failure, deadline)
         if report.error is not None:
             return not_yet(WHOLE, report.error.replace("the audit could not finish: ", ""),
                            _error_hint(report.error))
-        return _judge(report, size, equal_by)
-    except _Fail as failed:
+        grade = _judge(report, size, equal_by)
+        _streams_apart(make_loader, size)
+        return grade
+    except GradeFailure as failed:
         return failed.grade
     except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
         return raised(WHOLE, exc, _error_hint(str(exc)))
+
+
+def audit_deadline_s() -> float:
+    """How long 05.4's audit may take here: its 2 ranks and the 2 workers each starts per
+    epoch, at what starting a process costs with this start method on this machine."""
+    method = requested_start_method() or mp.get_start_method()
+    starts = WORLD_SIZE * (1 + NUM_WORKERS * EPOCHS)
+    return START_FLOOR_S + start_allowance_s(method, starts, wait=True)
+
+
+def _late(failure, deadline: float) -> Grade:
+    where = "; ".join(f"rank {rank}: {text}" for rank, text in sorted(
+        (failure.progress or {}).items()))
+    return not_graded(WHOLE, f"the audit's {WORLD_SIZE} ranks and their workers did not finish "
+                             f"within {deadline:.0f} s ({where}). Starting processes is slow "
+                             "on this machine now: run the grader again",
+                      "if it happens every time, look for a loop in __iter__ that never ends")
+
+
+def _streams_apart(make_loader: Callable, size: int) -> None:
+    """Rank 0's loader in epochs 0 and 1 and rank 1's in epoch 0, read here through their
+    own workers: does the dataset leave a global generator in the same state in two
+    workers, two epochs or two ranks? Augmentations drawn from it would agree there."""
+    runs = {}
+    for name, rank, epoch in (("rank 0, epoch 0", 0, 0), ("rank 1, epoch 0", 1, 0),
+                              ("rank 0, epoch 1", 0, 1)):
+        loader = make_loader(rank, WORLD_SIZE, epoch)
+        again = recording_loader(loader.dataset, batch_size=loader.batch_size,
+                                 num_workers=loader.num_workers,
+                                 worker_init_fn=loader.worker_init_fn,
+                                 generator=loader.generator,
+                                 multiprocessing_context=loader.multiprocessing_context
+                                 or _quickest_start())
+        _, runs[name] = read_loader(WHOLE, again, where=f"{name}, read again here",
+                                    max_batches=4 * size, raised_hint=_error_hint,
+                                    endless_hint=HINT_ENDLESS)
+    shared = shared_streams(runs, across=[("rank 0, epoch 0", "rank 1, epoch 0"),
+                                          ("rank 0, epoch 0", "rank 0, epoch 1")])
+    if shared is not None:
+        generator, where = shared
+        raise _failure(f"the audit passes, but after your __iter__ ran, "
+                       f"{STREAM_NAMES[generator]} is in the same state in "
+                       f"{where}: an augmentation drawn from it there "
+                       "would be the same", HINT_GLOBAL_STREAM)
+
+
+def _quickest_start() -> str | None:
+    """fork on Linux, else the default. What a worker's global generators hold after the
+    dataset ran does not depend on how the worker started (DataLoader seeds them the same
+    way), and forked workers cost milliseconds where spawned ones cost an interpreter."""
+    return "fork" if sys.platform.startswith("linux") else None
+
+
+def _failure(message: str, hint: str | None = None) -> GradeFailure:
+    """A *not yet* for exercise 05.4, to raise."""
+    return GradeFailure(not_yet(WHOLE, message, hint))
 
 
 def _read_in_this_process(loaders: list, size: int) -> None:
@@ -157,26 +237,33 @@ def _read_in_this_process(loaders: list, size: int) -> None:
     share the epoch out? (What the workers do is the audit's to say.)"""
     for rank, loader in enumerate(loaders):
         if not isinstance(loader, DataLoader):
-            raise _Fail(not_yet(WHOLE, f"make_loader({rank}, {WORLD_SIZE}, 0) returned "
-                                       f"{type(loader).__name__}: return a DataLoader"))
+            raise _failure(f"make_loader({rank}, {WORLD_SIZE}, 0) returned "
+                           f"{type(loader).__name__}: return a DataLoader")
         if loader.num_workers != NUM_WORKERS:
-            raise _Fail(not_yet(WHOLE, f"make_loader's DataLoader has num_workers="
-                                       f"{loader.num_workers}; this exercise reads with "
-                                       f"{NUM_WORKERS} workers per rank"))
-    per_rank = [ids_of(list(iter(loader.dataset))) for loader in loaders]
+            raise _failure(f"make_loader's DataLoader has num_workers="
+                           f"{loader.num_workers}; this exercise reads with "
+                           f"{NUM_WORKERS} workers per rank")
+    per_rank = []
+    for rank, loader in enumerate(loaders):
+        ids = list(islice(iter(loader.dataset), 2 * size + 1))
+        if len(ids) > 2 * size:
+            raise _failure(f"rank {rank}'s dataset, read here without "
+                           f"workers, yields more than {2 * size} samples",
+                           HINT_ENDLESS)
+        per_rank.append(ids_of(ids))
     report = check_exactly_once(per_rank, size)
     line = _line(report)
     every_rank_all = all(np.array_equal(np.sort(per_rank[0]), np.sort(ids)) for ids in per_rank)
     if every_rank_all and report.duplicated_count:
         if _asks_torch_distributed(type(loaders[0].dataset)):
-            raise _Fail(not_yet(WHOLE, f"read without a process group, every rank reads the "
-                                       f"same ids ({line})", RANK_IN_WORKER))
-        raise _Fail(not_yet(WHOLE, f"every rank reads the same ids ({line})",
-                            "shard by rank as well as by worker"))
+            raise _failure(f"read without a process group, every rank reads the "
+                           f"same ids ({line})", RANK_IN_WORKER)
+        raise _failure(f"every rank reads the same ids ({line})",
+                       "shard by rank as well as by worker")
     if report.duplicated_count and report.missing_count:
-        raise _Fail(not_yet(WHOLE, f"the ranks' shares overlap and leave gaps ({line})",
-                            "the ranks drew different permutations: seed it with what every "
-                            "rank shares, never the rank"))
+        raise _failure(f"the ranks' shares overlap and leave gaps ({line})",
+                       "the ranks drew different permutations: seed it with what every "
+                       "rank shares, never the rank")
 
 
 def _judge(report, size: int, equal_by: str | None) -> Grade:
@@ -186,38 +273,38 @@ def _judge(report, size: int, equal_by: str | None) -> Grade:
     worst = max(onces, key=lambda o: o.duplicated_count + o.missing_count)
     design = _declared(worst, equal_by, limit) if not worst.ok else {}
     if design is None:
-        raise _Fail(_once_problem(report, worst, equal_by, limit))
+        raise GradeFailure(_once_problem(report, worst, equal_by, limit))
     final = build_report(report.world.results, expected=size, shuffle=True, world=report.world,
                          **design) if design else report
     if not all(c.batch_counts.ok for c in final.checks):
         counts = next(c.batch_counts.counts for c in final.checks if not c.batch_counts.ok)
-        raise _Fail(not_yet(WHOLE, f"batches per rank {list(counts)}: DDP would block at the "
-                                   "first step a rank no longer takes",
-                            "every rank's share of an epoch must have the same length: drop "
-                            "or pad, and say which in equal_by"))
+        raise _failure(f"batches per rank {list(counts)}: DDP would block at the "
+                       "first step a rank no longer takes",
+                       "every rank's share of an epoch must have the same length: drop "
+                       "or pad, and say which in equal_by")
     if not all(c.once_ok for c in final.checks):
-        raise _Fail(_once_problem(final, worst, equal_by, limit))
+        raise GradeFailure(_once_problem(final, worst, equal_by, limit))
     if final.order_repeats:
-        raise _Fail(not_yet(WHOLE, "an epoch repeats the previous epoch's order",
-                            "the permutation must change with the epoch: set_epoch, called "
-                            "by make_loader"))
+        raise _failure("an epoch repeats the previous epoch's order",
+                       "the permutation must change with the epoch: set_epoch, called "
+                       "by make_loader")
     idle = max((c.idle_workers for c in final.checks), key=len)
     if idle:
-        raise _Fail(not_yet(WHOLE, f"{len(idle)} of {WORLD_SIZE * NUM_WORKERS} workers never "
-                                   "read a sample",
-                            "two separate modulos leave workers idle: give each "
-                            "(rank, worker) pair a slot of its own"))
+        raise _failure(f"{len(idle)} of {WORLD_SIZE * NUM_WORKERS} workers never "
+                       "read a sample",
+                       "two separate modulos leave workers idle: give each "
+                       "(rank, worker) pair a slot of its own")
     stale = _same_share_every_epoch(final)
     if stale:
-        raise _Fail(not_yet(WHOLE, f"{stale} reads the same ids in both epochs, only in "
-                                   "another order",
-                            "you shuffle inside a shard: shuffle the whole dataset first, "
-                            "then shard it (notebook 03)"))
+        raise _failure(f"{stale} reads the same ids in both epochs, only in "
+                       "another order",
+                       "you shuffle inside a share: shuffle the whole dataset first, "
+                       "then shard it (notebook 03)")
     if final.poorly_mixed:
-        raise _Fail(not_yet(WHOLE, f"the audit says: {final._title()}",
-                            "shuffle the whole dataset first, then shard it"))
+        raise _failure(f"the audit says: {final._title()}",
+                       "shuffle the whole dataset first, then shard it")
     if not final.ok or final.status != "pass":
-        raise _Fail(not_yet(WHOLE, f"the audit says: {final._title()}"))
+        raise _failure(f"the audit says: {final._title()}")
     return passes(WHOLE, f"{final._title()}, and every rank and worker reads other ids each "
                          "epoch")
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from talk_helpers.checks import shuffle_report
-from talk_helpers.exercises import Grade, choice, not_tried, not_yet, passes
+from talk_helpers.exercises import Grade, GradeFailure, choice, not_tried, not_yet, passes
+from talk_helpers.exercises.loading import HINT_GLOBAL_STREAM, STREAM_NAMES, shared_streams
 from talk_helpers.exercises.workers import (
     WORKER_COUNTS,
-    GradeFailure,
     checked_class,
     exactly_once_over_workers,
     instance_or_failure,
@@ -49,9 +49,11 @@ def grade_shuffle_before_shard(dataset_class) -> Grade:
     try:
         instance_or_failure(exercise, dataset_class, (size,), {"seed": 0},
                   f"MyShuffledIds({size}, seed=0)")
+        records: dict = {}
         orders = exactly_once_over_workers(exercise, lambda: dataset_class(size, seed=0), size,
                                            batch_size=batch,
-                                           duplicates_and_gaps_hint=HINT_PER_WORKER_SEEDS)
+                                           duplicates_and_gaps_hint=HINT_PER_WORKER_SEEDS,
+                                           records=records)
         if orders[0] == sorted(orders[0]):
             return not_yet(exercise, "with num_workers=0 the ids came in order 0, 1, 2, …",
                            HINT_NO_SHUFFLE)
@@ -71,11 +73,20 @@ def grade_shuffle_before_shard(dataset_class) -> Grade:
                                    expected=size)
         if seed_1 == orders[0]:
             return not_yet(exercise, "seed=0 and seed=1 gave the same order", HINT_SEED_IGNORED)
+        shared = shared_streams({f"the loader with {n} workers": records[n] for n in (2, 3)})
+        if shared is not None:
+            generator, where = shared
+            return not_yet(exercise, f"every id once, one order per seed, well mixed; but "
+                                     f"after your __iter__ ran, {STREAM_NAMES[generator]} is "
+                                     f"in the same state in {where}: an augmentation drawn "
+                                     "from it there would be the same in both",
+                           HINT_GLOBAL_STREAM)
     except GradeFailure as failure:
         return failure.grade
     counts = ", ".join(str(n) for n in sorted(WORKER_COUNTS))
     return passes(exercise, f"every id exactly once with {counts} workers, one order per "
-                            "seed, and batches that mix the whole dataset")
+                            "seed, batches that mix the whole dataset, and the global random "
+                            "generators left to the augmentations")
 
 
 def _poorly_mixed(orders, size: int, batch_size: int, num_workers: int) -> str | None:

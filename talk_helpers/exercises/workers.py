@@ -10,12 +10,20 @@ and :func:`exactly_once_over_workers` are what the later graders of the thread r
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import islice
 
 from torch.utils.data import DataLoader
 
 from talk_helpers.checks import check_exactly_once, ids_of
-from talk_helpers.exercises import Grade, choice, is_stub, not_tried, not_yet, passes
+from talk_helpers.exercises import (
+    Grade,
+    GradeFailure,
+    choice,
+    is_stub,
+    not_tried,
+    not_yet,
+    passes,
+)
+from talk_helpers.exercises.loading import error_line, read_loader, recording_loader
 
 __all__ = [
     "WORKER_COUNTS", "GradeFailure", "checked_class", "exactly_once_over_workers",
@@ -26,7 +34,6 @@ __all__ = [
 ]
 
 WORKER_COUNTS = (0, 2, 3, 1)  # 0 first: it runs in this process and fails fastest
-WORKER_TIMEOUT_S = 20  # a worker that yields nothing for this long is reported, not waited on
 
 HINT_IMPORTABLE = ("a worker started with spawn or forkserver cannot import a class from an "
                    "ordinary cell: start the cell that defines it with %%importable")
@@ -48,47 +55,24 @@ HINT_ENDLESS = "does your __iter__ end once every id has been yielded?"
 # --- the learner's dataset in real DataLoaders ---------------------------------------
 
 
-class GradeFailure(Exception):
-    """Raised with a finished *not yet* grade, so a grader stops at the first problem."""
-
-    def __init__(self, grade: Grade):
-        super().__init__(grade.message)
-        self.grade = grade
-
-
-def _error_line(exc: BaseException) -> str:
-    """``Type: message``; for an error a worker raised, its own last line (DataLoader wraps
-    it in a message that holds the worker's whole traceback)."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    last = lines[-1] if lines else ""
-    name = type(exc).__name__
-    return last if last.startswith(f"{name}:") else f"{name}: {last}".rstrip(": ")
-
-
 def read_with_workers(exercise: str, dataset, num_workers: int, *, batch_size: int,
-                      expected: int, raised_hint: Callable[[str], str | None] | None = None
-                      ) -> list[int]:
+                      expected: int, raised_hint: Callable[[str], str | None] | None = None,
+                      records: list | None = None) -> list[int]:
     """Every id a real ``DataLoader(dataset, batch_size, num_workers)`` yields, in order.
 
-    Raises :class:`GradeFailure` (a *not yet* grade) when the dataset raises, a worker dies or
-    stalls, or it yields far more than ``expected`` ids (it may never end).
-    ``raised_hint(error_line)`` picks the hint for an error."""
+    Raises :class:`GradeFailure`: *not yet* when the dataset raises or yields far more
+    than ``expected`` ids (it may never end), *not graded* when its workers are too slow
+    to start or to answer (:mod:`talk_helpers.exercises.loading`).
+    ``raised_hint(error_line)`` picks the hint for an error; ``records``, when given, gets
+    the :class:`~talk_helpers.exercises.loading.Record` of every batch."""
     limit = expected * (max(num_workers, 1) + 1) + batch_size
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers,
-                        timeout=WORKER_TIMEOUT_S if num_workers else 0)
     where = f"with num_workers={num_workers}"
-    iterator = None
-    try:
-        iterator = iter(loader)
-        batches = list(islice(iterator, limit // batch_size + 2))
-    except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
-        line = _error_line(exc)
-        raise GradeFailure(not_yet(exercise, f"{where}, your dataset raised {line}",
-                               raised_hint(line) if raised_hint else None)) from None
-    finally:
-        shutdown = getattr(iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
+    loader = recording_loader(dataset, batch_size=batch_size, num_workers=num_workers)
+    batches, found = read_loader(exercise, loader, where=where,
+                                 max_batches=limit // batch_size + 1,
+                                 raised_hint=raised_hint, endless_hint=HINT_ENDLESS)
+    if records is not None:
+        records.extend(found)
     try:
         ids = ids_of(batches).tolist()
     except (TypeError, ValueError) as exc:
@@ -112,23 +96,27 @@ def instance_or_failure(exercise: str, dataset_class, args: tuple, kwargs: dict,
     try:
         return dataset_class(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001
-        raise GradeFailure(not_yet(exercise, f"creating {signature} raised {_error_line(exc)}",
+        raise GradeFailure(not_yet(exercise, f"creating {signature} raised {error_line(exc)}",
                                f"write __init__ so that {signature} works")) from None
 
 
 def exactly_once_over_workers(exercise: str, make: Callable[[], object], size: int, *,
                               batch_size: int, worker_counts: Sequence[int] = WORKER_COUNTS,
-                              duplicates_and_gaps_hint: str = HINT_OVERLAP_AND_GAPS
-                              ) -> dict[int, list[int]]:
+                              duplicates_and_gaps_hint: str = HINT_OVERLAP_AND_GAPS,
+                              records: dict | None = None) -> dict[int, list[int]]:
     """Read a fresh ``make()`` with each worker count; every id of ``range(size)`` must come
     exactly once. Returns the ids in the order they came, per worker count; raises
     :class:`GradeFailure` with the hint for the first problem found.
 
-    ``duplicates_and_gaps_hint``: the hint when some ids come twice and others never."""
+    ``duplicates_and_gaps_hint``: the hint when some ids come twice and others never.
+    ``records``: when given, gets each worker count's batch records."""
     orders = {}
     for num_workers in worker_counts:
+        found: list = []
         ids = read_with_workers(exercise, make(), num_workers, batch_size=batch_size,
-                                expected=size, raised_hint=main_process_hint)
+                                expected=size, raised_hint=main_process_hint, records=found)
+        if records is not None:
+            records[num_workers] = found
         report = check_exactly_once(ids, size)
         if not report.ok:
             raise GradeFailure(not_yet(exercise, f"with num_workers={num_workers}: {report!r}",

@@ -13,9 +13,11 @@ The one rule: everything such a cell uses comes from its own imports or from an 
 line numbers are the cell's, the magic being line 1); a name that only an ordinary cell
 defines is refused, since no worker could import it.
 
-An edited cell is a new module (its name hashes its text), never a stale one. Like a
-module, a cell sees an earlier cell's names as they were when it ran: after editing a
-cell, run again the ``%%importable`` cells below it that use its names.
+An edited cell is a new module (its name hashes its text), never a stale one. The
+``%%importable`` cells that use its names are then updated too, as ordinary cells would
+see the new names: each is run again, as a new module that imports the new definitions,
+and the edited cell says which ones (:class:`Update`). A name defined again since by
+another cell keeps that definition.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from types import ModuleType, TracebackType
 MAGIC = "importable"  # the cell magic: %%importable
 PREFIX = "cell_"  # module names are PREFIX + the first 8 hex digits of the text's sha256
 
-__all__ = ["MAGIC", "CellError", "CellModule", "define", "directory", "enable", "plan",
-           "used_globals"]
+__all__ = ["MAGIC", "CellError", "CellModule", "Update", "define", "directory", "enable", "plan",
+           "used_globals", "last_updates"]
 
 
 class CellError(Exception):
@@ -55,6 +57,24 @@ class CellModule:
     name: str
     text: str  # one header line (imports or a comment), then the cell's body
     imports: dict[str, str] = field(default_factory=dict)  # name -> module it comes from
+
+
+@dataclass(frozen=True)
+class Update:
+    """A cell run again because a name it uses was defined anew: the names it defines
+    (``defines``), the changed names it uses (``uses``), and the error if it failed."""
+
+    defines: tuple[str, ...]
+    uses: tuple[str, ...]
+    error: str | None = None
+
+    def __str__(self) -> str:
+        what = ", ".join(self.defines) or "a cell"
+        uses = ", ".join(self.uses)
+        if self.error is None:
+            return f"↻ updated {what}, which uses {uses}"
+        return (f"⚠ could not update {what}, which uses {uses}: {self.error}. "
+                "Run its cell again")
 
 
 def enable() -> Path:
@@ -86,8 +106,23 @@ def define(body: str, namespace: MutableMapping | None = None) -> ModuleType:
     cell's) line k + 1. The module's names are bound in ``namespace`` (the notebook's, in
     the magic); names there that no ``%%importable`` cell defined are refused
     (:class:`CellError`). An error in the body is raised with the body's own frames only.
+    Cells that use a name this one defines anew are run again (:func:`last_updates`).
     """
     __tracebackhide__ = True  # IPython leaves this frame out of tracebacks
+    _last_updates.clear()
+    return _define(body, namespace, set())
+
+
+def last_updates() -> list[Update]:
+    """The cells the last :func:`define` ran again, in the order it ran them."""
+    return list(_last_updates)
+
+
+def _define(body: str, namespace: MutableMapping | None, visited: set[str],
+            bind: set[str] | None = None) -> ModuleType:
+    """:func:`define`; ``bind``: bind only these names (None: all), for a cell run again
+    whose other names were defined again since by later cells."""
+    __tracebackhide__ = True
     folder = _directory if _directory is not None else enable()
     cell = plan(body, namespace)
     path = folder / f"{cell.name}.py"
@@ -102,14 +137,19 @@ def define(body: str, namespace: MutableMapping | None = None) -> ModuleType:
             sys.modules[cell.name] = before
         raise exc.with_traceback(_frames_of(path, exc.__traceback__)) from None
     _imports[cell.name] = dict(cell.imports)
+    _bodies[cell.name] = body
+    visited.add(cell.name)
     if before is not None:
         _rebind_dependents(module)
+    defined = {}
     for name, value in vars(module).items():
-        if _is_dunder(name) or name in cell.imports:
+        if _is_dunder(name) or name in cell.imports or (bind is not None and name not in bind):
             continue
+        defined[name] = value
         _latest[name] = cell.name
         if namespace is not None:
             namespace[name] = value
+    _update_dependents(module.__name__, defined, namespace, visited)
     return module
 
 
@@ -163,6 +203,8 @@ def used_globals(body: str) -> set[str]:
 _directory: Path | None = None
 _latest: dict[str, str] = {}  # name -> the cell module that defined it last
 _imports: dict[str, dict[str, str]] = {}  # cell module -> {name: module it imported from}
+_bodies: dict[str, str] = {}  # cell module -> the body it was made from
+_last_updates: list[Update] = []
 _last_mtime_ns = 0
 
 
@@ -249,6 +291,43 @@ def _frames_of(path: Path, tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
+def _update_dependents(source: str, defined: dict, namespace: MutableMapping | None,
+                       visited: set[str]) -> None:
+    """Run again every current cell that imported one of ``defined``'s names from another
+    module, with an object ``source`` now replaces. A cell is current while it still
+    defines the latest version of some name; each runs at most once per :func:`define`."""
+    for name, imports in list(_imports.items()):
+        if name in visited or name == source:
+            continue
+        changed = sorted(imported for imported, origin in imports.items()
+                         if imported in defined and origin != source
+                         and getattr(sys.modules.get(origin), imported, _MISSING)
+                         is not defined[imported])
+        current = {n for n, module in _latest.items() if module == name}
+        if not changed or not current:
+            continue
+        visited.add(name)
+        shown = tuple(sorted(n for n in current
+                             if _made_by(getattr(sys.modules.get(name), n, None), name)))
+        index = len(_last_updates)  # before the cells that use this one's names
+        try:
+            _define(_bodies[name], namespace, visited, bind=current)
+        except Exception as exc:  # noqa: BLE001 - the cell's own code may raise anything
+            line = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            _last_updates.insert(index, Update(shown, tuple(changed), line))
+        else:
+            _last_updates.insert(index, Update(shown, tuple(changed)))
+
+
+def _made_by(value, module: str) -> bool:
+    """Whether ``value`` is what a cell defines, not something it imported."""
+    if isinstance(value, ModuleType):
+        return False
+    if isinstance(value, type) or callable(value):
+        return getattr(value, "__module__", None) == module
+    return True
+
+
 def _rebind_dependents(module: ModuleType) -> None:
     """A cell run again unchanged is the same module executed again: cells that imported
     names from it now see the new objects, as a new process importing them would."""
@@ -294,6 +373,8 @@ def _importable(line: str, cell: str) -> None:
         raise UsageError(str(exc)) from None
     except SyntaxError as exc:  # IPython would show it under every frame of the magic
         raise UsageError(_syntax_message(exc)) from None
+    for update in last_updates():
+        print(update)
 
 
 def _syntax_message(exc: SyntaxError) -> str:

@@ -13,8 +13,10 @@ The models keep their RNG work in ``stream(worker_id, num_workers)``, a plain me
 
 from __future__ import annotations
 
+import ast
 import inspect
 import random
+import textwrap
 
 import numpy as np
 import torch
@@ -199,8 +201,22 @@ def rebatched_orders(batches_per_epoch, buffer_size, batch_size, seed=0):
         for epoch, batches in enumerate(batches_per_epoch)]
 
 
-def show_code(obj):
-    """The source of a class or function, highlighted in a notebook."""
+def show_code(obj, *, docstring: bool = False):
+    """The source of a class or function, highlighted in a notebook; without its docstring
+    unless ``docstring`` (a docstring tends to say what the cells after it find out)."""
     from IPython.display import Code
 
-    return Code(inspect.getsource(obj), language="python")
+    source = textwrap.dedent(inspect.getsource(obj))
+    if not docstring:
+        source = _without_docstring(source)
+    return Code(source, language="python")
+
+
+def _without_docstring(source: str) -> str:
+    node = ast.parse(source).body[0]
+    first = node.body[0] if node.body else None
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)):
+        return source
+    lines = source.splitlines(keepends=True)
+    return "".join(lines[:first.lineno - 1] + lines[first.end_lineno:])

@@ -1,5 +1,7 @@
 """Solutions to notebook 01's exercises."""
 
+GATED = True  # each opens once its exercise has been attempted
+
 SOLUTIONS = {
     1: """
 my_batches = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]

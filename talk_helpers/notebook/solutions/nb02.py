@@ -1,5 +1,7 @@
 """Solutions to notebook 02's exercises."""
 
+GATED = True  # each opens once its exercise has been attempted
+
 SOLUTIONS = {
     1: """
 my_count = 16
@@ -34,7 +36,7 @@ class MyShardedIds(IterableDataset):
 """,
     4: """
 my_cause = "b"
-# The check: 25 expected · 24 unique · 0 duplicated · 1 missing (id 24), and every batch
+# The check: one id missing (24), none duplicated, and every batch
 # is full. The loader gives each worker size // num_workers = 12 neighbouring ids, so the
 # size % num_workers ids left over belong to no worker. Nothing crashes: only a count finds
 # it. The fix gives the first size % num_workers blocks one id more.

@@ -1,5 +1,7 @@
 """Solutions to notebook 03's exercises."""
 
+GATED = True  # each opens once its exercise has been attempted
+
 SOLUTIONS = {
     1: """
 %%importable
@@ -21,10 +23,10 @@ class MyShuffledIds(IterableDataset):
     2: """
 mystery_problem = "poorly mixed"
 # The checks, on the two epochs in `mystery`:
-print([check_exactly_once(batches, SIZE) for batches, _ in mystery])               # ✔ ✔
+print([check_exactly_once(batches, SIZE) for batches, _ in mystery])     # ✔ both epochs
 print(shuffle_report([np.concatenate(b) for b, _ in mystery], groups=labels,
-                     batch_size=20))          # order changes every epoch · poorly mixed
-print(check_random_draws(mystery[0][1], value="aug", across="worker"))            # ✔
+                     batch_size=20))          # ✘ poorly mixed, though the order changes
+print(check_random_draws(mystery[0][1], value="aug", across="worker"))  # ✔ no repeats
 # MysteryShuffle permutes whole blocks of 50 neighbouring ids and reads each block in
 # storage order, so a batch of 20 comes from one or two blocks: mostly one class.
 """,

@@ -1,5 +1,7 @@
 """Solutions to the exercises of notebook 04 (seeds and epochs)."""
 
+GATED = True  # each opens once its exercise has been attempted
+
 SOLUTIONS = {
     1: '''
 %%importable

@@ -1,5 +1,7 @@
 """Solutions to the exercises of notebook 05 (DDP sharding)."""
 
+GATED = True  # each opens once its exercise has been attempted
+
 SOLUTIONS = {
     1: '''
 # Rank r keeps ids with i % 2 == r, so its ids all have the parity of r. Worker w keeps

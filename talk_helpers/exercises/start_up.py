@@ -1,0 +1,153 @@
+"""How long a grader waits for the processes it starts, and what it says when they are late.
+
+A grader runs the learner's code in real processes: DataLoader workers, ranks. How long
+those take to start depends on the start method and on the machine. A forked worker is a
+copy of the kernel and starts in milliseconds; a spawned one is a new interpreter that
+imports torch again, a second or two on a quiet laptop and ten times that on a busy one.
+So no grader waits a fixed time for start-up. It allows
+
+    ``START_FLOOR_S + START_FACTOR × cost × waves``
+
+where ``cost`` is what starting one interpreter that imports torch costs on this machine
+(:func:`start_cost_s`) and ``waves`` how many rounds of starts the machine's cores need.
+The cost is measured only when it matters: the first time processes are still starting
+after ``START_FLOOR_S``, one interpreter that imports torch is timed, once per process
+(a forked worker's cost is what the graders saw of forked starts). Any slower start a
+grader sees raises it.
+
+When even that runs out, the grade is *not graded* (:func:`late_start`): how long the
+processes took and to run the grader again, never "your code raised".
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import torch.multiprocessing as mp
+
+from talk_helpers.exercises import Grade, not_graded
+
+__all__ = ["START_FACTOR", "START_FLOOR_S", "STALL_FLOOR_S", "late_start", "late_stall",
+           "note_start", "start_allowance_s", "start_cost_s", "start_method", "stall_allowance_s"]
+
+START_FLOOR_S = 30.0   # every start-up gets this long before the cost is even measured
+START_FACTOR = 6.0     # then this many times what one interpreter costs here, per wave
+STALL_FLOOR_S = 30.0   # workers that started: how long without a batch before giving up
+FORK_COST_S = 0.2      # a forked worker's start, before any was seen
+PROBE = (sys.executable, "-c", "import torch")
+PROBE_TIMEOUT_S = 600.0
+
+
+def start_method(context=None) -> str:
+    """The start method a DataLoader with ``multiprocessing_context=context`` uses."""
+    if context is None:
+        return mp.get_start_method()
+    if isinstance(context, str):
+        return context
+    return context.get_start_method()
+
+
+def start_cost_s(method: str, *, wait: bool = False) -> float | None:
+    """Seconds one worker of ``method`` takes to start on this machine, as best known.
+
+    fork: the slowest forked start seen, else a fraction of a second. spawn and forkserver:
+    the time to start an interpreter that imports torch, measured once in a thread (begun
+    by the first call), or the slowest start seen if longer; None while that measure runs,
+    unless ``wait``.
+    """
+    seen = max(_seen.get(method, 0.0), FORK_COST_S)
+    if method == "fork":
+        return seen
+    measured = _probe(wait=wait)
+    return None if measured is None else max(seen, measured)
+
+
+def note_start(method: str, seconds: float) -> None:
+    """Record that a worker of ``method`` took ``seconds`` to start."""
+    if seconds >= 0:
+        _seen[method] = max(_seen.get(method, 0.0), float(seconds))
+
+
+def start_allowance_s(method: str, processes: int, *, wait: bool = False) -> float | None:
+    """How long ``processes`` processes started together with ``method`` may take to start
+    (None while the cost is being measured, unless ``wait``)."""
+    cost = start_cost_s(method, wait=wait)
+    if cost is None:
+        return None
+    waves = math.ceil(max(1, processes) / (os.cpu_count() or 1))
+    return START_FLOOR_S + START_FACTOR * cost * waves
+
+
+def stall_allowance_s(method: str) -> float:
+    """How long started workers may go without a batch (scaled like the start-up by what
+    is known of the cost, never waiting for it)."""
+    known = _measured if method != "fork" and _measured is not None else 0.0
+    return STALL_FLOOR_S + START_FACTOR * max(known, _seen.get(method, 0.0), FORK_COST_S)
+
+
+def late_start(exercise: str, waited_s: float, method: str, *, what: str,
+               started: str | None = None) -> Grade:
+    """*Not graded*: ``what`` ("with num_workers=3, the workers") took more than
+    ``waited_s`` to start; ``started`` says how many did ("1 of 3 started")."""
+    done = f" ({started})" if started else ""
+    return not_graded(exercise, f"{what} took more than {waited_s:.0f} s to start{done}; "
+                                f"{_cost_words(method)}. Slow is not wrong: run the grader "
+                                "again",
+                      "if it happens every time, look at what your code does before its "
+                      "first sample")
+
+
+def late_stall(exercise: str, waited_s: float, *, what: str) -> Grade:
+    """*Not graded*: ``what`` started, then gave no batch for ``waited_s``."""
+    return not_graded(exercise, f"{what} started, then gave no batch for {waited_s:.0f} s. "
+                                "The machine may be busy: run the grader again",
+                      "if it happens every time, look for a loop in __iter__ that never "
+                      "reaches its yield")
+
+
+# --------------------------------------------------------------------------- internals
+
+_seen: dict[str, float] = {}  # start method -> slowest start a grader saw
+_measured: float | None = None
+_probe_thread: threading.Thread | None = None
+_lock = threading.Lock()
+
+
+def _probe(*, wait: bool) -> float | None:
+    """Seconds an interpreter that imports torch takes to start here: measured once, in a
+    thread that the first call starts; None until it is done (``wait``: wait for it)."""
+    global _probe_thread
+    with _lock:
+        if _measured is None and _probe_thread is None:
+            _probe_thread = threading.Thread(target=_run_probe, name="start-cost-probe",
+                                             daemon=True)
+            _probe_thread.start()
+        thread = _probe_thread
+    if wait and _measured is None and thread is not None:
+        thread.join(PROBE_TIMEOUT_S)
+    return _measured
+
+
+def _run_probe() -> None:
+    global _measured
+    started = time.monotonic()
+    try:
+        subprocess.run(PROBE, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError):
+        pass
+    _measured = time.monotonic() - started
+
+
+def _cost_words(method: str) -> str:
+    if method == "fork":
+        return "forked workers start in a fraction of a second, so this machine is very busy"
+    cost = start_cost_s(method)
+    if cost is None:
+        return f"each {method} worker starts Python and imports torch, which takes seconds"
+    return (f"each {method} worker starts Python and imports torch, about {cost:.0f} s on "
+            "this machine now")
