@@ -70,7 +70,7 @@ def classes_per_batch(batches: Sequence, classes: Sequence[int], *, n_classes: i
     shuffling.class_mix`): a uniform shuffle spreads each row over all classes; a shuffle
     within shards lights the same few columns batch after batch."""
     shown = [[int(i) for i in batch] for batch in batches[:max_batches]]
-    figure = Figure(figsize=(WIDTH_IN * 0.62, 4.6), layout="constrained")
+    figure = Figure(figsize=(WIDTH_IN * 0.62, 3.8), layout="constrained")
     class_mix([(title, shown)], list(classes), n_classes, max_batches=max_batches, fig=figure)
     seen = [len({classes[i] for i in batch}) for batch in shown]
     summary = (f"classes per batch, first {len(shown)} batches: "
