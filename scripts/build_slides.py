@@ -65,6 +65,7 @@ ASSET_URLS = {
 EXTERNAL = re.compile(r"""<(?:script|link|img)[^>]+(?:src|href)=["'](?:https?:)?//""")
 ORIGIN = "slides_origin"  # index of the notebook cell a prepared cell came from
 CONTINUED = "slides-continued"  # a heading or notes the fitter repeats on a continuation
+REPEAT_HEADINGS = "slides_repeat_headings"  # notebook metadata: continuations keep headings
 TIME_MARK = re.compile(r"\*\*(\d+:\d\d)\*\*")  # a time mark in speaker notes: **0:27**
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # An instruction to use a widget, said over its still picture: "Move the sliders", "Drag
@@ -390,6 +391,31 @@ def opens_with_heading(cell) -> bool:
             and cell.source.lstrip().startswith("#"))
 
 
+def is_heading_like(cell) -> bool:
+    """A markdown cell that is a heading with at most a sentence or two under it: a slide
+    never ends on one, nor holds one alone."""
+    if not opens_with_heading(cell):
+        return False
+    text = [line for line in cell.source.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+    return len(text) <= 2
+
+
+def drop_continued_heading(nb, cell_id: str | None) -> bool:
+    """Remove the heading copy that opens a continuation (a part too tall to fit under
+    it); the next cell starts the subslide instead. False if CELL_ID is no such copy."""
+    cell = cell_by_id(nb, cell_id) if cell_id else None
+    if cell is None or CONTINUED not in cell.metadata.get("tags", []) \
+            or slide_type(cell) != "subslide":
+        return False
+    at = nb.cells.index(cell)
+    del nb.cells[at]
+    following = next((c for c in nb.cells[at:] if slide_type(c) != "notes"), None)
+    if following is not None and slide_type(following) in ("-", "fragment"):
+        set_slide_type(following, "subslide")
+    return True
+
+
 def slide_heading(nb, cell) -> str | None:
     """The heading line of the section CELL belongs to (the nearest one above it)."""
     for before in reversed(nb.cells[:nb.cells.index(cell)]):
@@ -424,13 +450,16 @@ def _part(nb, index: int) -> tuple[int, int]:
 
 
 def start_subslide(nb, cell) -> None:
-    """Make CELL begin a new subslide. A continuation keeps its section's heading (a copy,
-    tagged CONTINUED, opens the subslide), and where the section's notes have a time mark,
-    each part left without notes gets notes with that mark: the audience never sees a
-    slide without a title, nor the speaker one without a time."""
+    """Make CELL begin a new subslide. In the talk (``nb.metadata[REPEAT_HEADINGS]``) a
+    continuation keeps its section's heading (a copy, tagged CONTINUED, opens the
+    subslide), and where the section's notes have a time mark, each part left without
+    notes gets notes with that mark: the audience never sees a slide without a title, nor
+    the speaker one without a time. A self-study deck spends no room on a copy."""
+    set_slide_type(cell, "subslide")
+    if not nb.metadata.get(REPEAT_HEADINGS):
+        return
     mark = time_mark(nb, cell)
     heading = None if opens_with_heading(cell) else slide_heading(nb, cell)
-    set_slide_type(cell, "subslide")
     if heading is not None:
         head = nbformat.v4.new_markdown_cell(heading)
         head["id"] = f"{cell['id']}h"
@@ -491,10 +520,11 @@ def fit_deck(browser, nb, path: Path, render) -> int:
 
     In order: a new slide before the cell that crosses the bottom edge (never right after a
     heading); a lone cell too tall gets its outputs on a slide of their own; a lone part
-    still too tall is cut in two (markdown, code, a table, printed text). Never scaled."""
+    still too tall is cut in two (markdown, code, a table, printed text); a part that still
+    does not fit under the heading repeated over it loses that copy. Never scaled."""
     for _ in range(FIT_PASSES):
         changed = False
-        headings = frozenset(c["id"] for c in nb.cells if opens_with_heading(c))
+        headings = frozenset(c["id"] for c in nb.cells if is_heading_like(c))
         for slide in measure(browser, path):
             if fits(slide):
                 continue
@@ -508,7 +538,8 @@ def fit_deck(browser, nb, path: Path, render) -> int:
                         if bottom > HEIGHT and not is_heading_only(cell_by_id(nb, cid))]
             for cell_id in crossing[:1]:
                 changed |= (detach_outputs(nb, cell_id) or split_markdown(nb, cell_id)
-                            or split_code(nb, cell_id) or split_output(nb, cell_id))
+                            or split_code(nb, cell_id) or split_output(nb, cell_id)
+                            or drop_continued_heading(nb, cells[0][0] if cells else None))
         if not changed:
             break
         render(nb)
@@ -552,6 +583,7 @@ def build_fitted(notebook: Path, outdir: Path, browser=None):
     nb = prepare(nbformat.read(notebook, as_version=4))
     path = outdir / f"{Path(notebook).stem}.slides.html"
     talk = is_talk(notebook)
+    nb.metadata[REPEAT_HEADINGS] = talk
     render_deck(nb, path, talk)
     if browser is not None:
         left = fit_deck(browser, nb, path, lambda fitted: render_deck(fitted, path, talk))

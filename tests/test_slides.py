@@ -256,7 +256,9 @@ def _cells(*specs):
         build_slides.set_slide_type(cell, "notes" if kind == "n" else slide)
         cell["id"] = f"c{number}"
         cells.append(cell)
-    return nbformat.v4.new_notebook(cells=cells)
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata[build_slides.REPEAT_HEADINGS] = True  # as in the talk
+    return nb
 
 
 def test_a_continuation_keeps_its_heading_and_each_part_its_time_mark():
@@ -290,6 +292,7 @@ def test_the_live_talk_gets_the_headings_the_deck_repeats_on_a_continuation():
     original = _cells(("m", "## Files", "slide"), ("c", "files = 4", "-"),
                       ("c", "audit(files)", "-"), ("n", "**0:26** Whole files.", "notes"))
     fitted = build_slides.prepare(original)
+    fitted.metadata[build_slides.REPEAT_HEADINGS] = True
     build_slides.make_subslides(fitted, {"c2"})
     fit_talk = _load_script("fit_talk")
     assert fit_talk.copy_breaks(fitted, original) == 1
@@ -319,3 +322,32 @@ def _load_script(name: str):
     module = importlib.util.module_from_spec(loaded)
     loaded.loader.exec_module(module)
     return module
+
+
+def test_only_a_heading_with_a_sentence_or_two_is_kept_with_what_follows_it():
+    short = nbformat.v4.new_markdown_cell("## Step 3\n\nA training loop like every tutorial's.")
+    long = nbformat.v4.new_markdown_cell("## Going deeper\n\none\n\ntwo\n\nthree")
+    assert build_slides.is_heading_like(short)
+    assert not build_slides.is_heading_like(long)
+    assert not build_slides.is_heading_like(nbformat.v4.new_markdown_cell("No heading."))
+
+
+def test_a_part_too_tall_for_its_repeated_heading_loses_the_copy_not_its_content():
+    nb = _cells(("m", "## Figure", "slide"), ("c", "x = 1", "-"), ("c", "draw()", "-"),
+                ("n", "**0:05** A figure.", "notes"))
+    build_slides.make_subslides(nb, {"c2"})
+    copy = next(c for c in nb.cells if c.source == "## Figure"
+                and build_slides.CONTINUED in c.metadata.get("tags", []))
+    assert build_slides.drop_continued_heading(nb, copy["id"])
+    assert [c.source for c in nb.cells if build_slides.slide_type(c) != "notes"] == [
+        "## Figure", "x = 1", "draw()"]
+    assert build_slides.slide_type(nb.cells[-2]) == "subslide"
+    assert not build_slides.drop_continued_heading(nb, "c1")
+
+
+def test_a_self_study_deck_spends_no_room_on_repeated_headings():
+    nb = _cells(("m", "## Files", "slide"), ("c", "files = 4", "-"), ("c", "audit(files)", "-"))
+    nb.metadata[build_slides.REPEAT_HEADINGS] = False
+    build_slides.make_subslides(nb, {"c2"})
+    assert [c.source for c in nb.cells] == ["## Files", "files = 4", "audit(files)"]
+    assert build_slides.slide_type(nb.cells[2]) == "subslide"
