@@ -62,7 +62,7 @@ def state_problems(page, floors: dict) -> list[str]:
 
 # What the talk holds itself to on every state, beyond the probe: speaker notes with a time
 # mark on every slide, syntax colouring on every code cell, no cell magic on screen, no
-# output shown twice.
+# navigation arrows over the slide, no output shown twice.
 TALK_STATE_JS = """() => {
   const leaf = [...document.querySelectorAll('.reveal .slides section.present')]
     .filter((s) => !s.querySelector('section'))[0];
@@ -94,6 +94,15 @@ TALK_STATE_JS = """() => {
     const colourable = keywords.test(code.textContent) || /\\d|["'=#]/.test(code.textContent);
     if (colourable && !coloured) problems.push(`code without syntax colouring: ${snippet(code)}`);
     if (/^\\s*%%/.test(code.textContent)) problems.push(`a cell magic on screen: ${snippet(code)}`);
+  }
+  const controls = document.querySelector('.reveal .controls');
+  if (controls && getComputedStyle(controls).display !== 'none') {
+    const c = controls.getBoundingClientRect();
+    const covered = [...leaf.querySelectorAll('.jp-Cell *')].filter(shown).some((el) => {
+      const r = el.getBoundingClientRect();
+      return r.left < c.right && r.right > c.left && r.top < c.bottom && r.bottom > c.top;
+    });
+    if (c.width > 0 && covered) problems.push('the navigation arrows cover the slide');
   }
   const outputs = [...leaf.querySelectorAll('.jp-OutputArea-output')].filter(shown)
     .map((o) => o.textContent.trim().replace(/\\s+/g, ' ')).filter(Boolean);
