@@ -172,13 +172,20 @@ def test_the_talk_in_rise_logs_no_error_and_stays_on_the_machine(rise_walk):
 
 # Per cell of the notebook as RISE shows it: code or not, its prompt, what its outputs say
 # and the images they show.
-CELLS_JS = """() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')].map((cell) => ({
-  code: cell.classList.contains('jp-CodeCell'),
-  prompt: ((cell.querySelector('.jp-InputPrompt') || {}).textContent || '').trim(),
-  text: [...cell.querySelectorAll('.jp-OutputArea-output')]
-    .map((o) => o.textContent.replace(/\\s+/g, ' ').trim()).join(' | '),
-  images: [...cell.querySelectorAll('.jp-OutputArea-output img')].map((i) => i.src),
-}))"""
+CELLS_JS = """() => {
+  const words = (el) => {  // every text node, apart: a table's cells never run together
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    const parts = [];
+    while (walker.nextNode()) parts.push(walker.currentNode.textContent);
+    return parts.join(' ').replace(/\\s+/g, ' ').trim();
+  };
+  return [...document.querySelectorAll('.jp-Notebook .jp-Cell')].map((cell) => ({
+    code: cell.classList.contains('jp-CodeCell'),
+    prompt: ((cell.querySelector('.jp-InputPrompt') || {}).textContent || '').trim(),
+    text: [...cell.querySelectorAll('.jp-OutputArea-output')].map(words).join(' | '),
+    images: [...cell.querySelectorAll('.jp-OutputArea-output img')].map((i) => i.src),
+  }));
+}"""
 ACTIVE_JS = """() => [...document.querySelectorAll('.jp-Notebook .jp-Cell')]
   .indexOf(document.querySelector('.jp-Notebook .jp-Cell.jp-mod-active'))"""
 BUSY_JS = """() => [...document.querySelectorAll('.jp-Notebook .jp-InputPrompt')]
