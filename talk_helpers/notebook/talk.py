@@ -9,8 +9,8 @@ then makes the demos answer at once on the speaker's laptop:
   torch once and forks every DataLoader worker and rank from it. A platform without
   forkserver (Windows; ``TALK_NO_FORKSERVER=1`` here) keeps spawn: every worker is a new
   interpreter importing torch, and a demo with workers takes seconds;
-* **everything started now, not during a demo**: the workers' server (forkserver) and a
-  warm world of two ranks (:mod:`talk_helpers.runtime.warm`) in which each rank has started
+* **everything started now, not during a demo**: matplotlib (a first figure), the
+  workers' server (forkserver) and a warm world of two ranks (:mod:`talk_helpers.runtime.warm`) in which each rank has started
   DataLoader workers once (its own workers' server, under forkserver) and wrapped a DDP
   model once (DDP's imports);
 * **definition cells that workers can import**: a cell that only defines things (imports,
@@ -160,8 +160,10 @@ def _warm_up() -> None:
     """Start now what the first demos would otherwise wait for."""
     from torch.utils.data import DataLoader
 
+    from talk_helpers.diagrams.talk_figures import worker_reads
     from talk_helpers.runtime import run_world
 
+    worker_reads([(0, 0)], n_ids=1)._repr_svg_()  # matplotlib's imports and font cache
     list(DataLoader(range(NUM_WORKERS), num_workers=NUM_WORKERS))  # the workers' server
     report = run_world(_warm_rank, WORLD_SIZE, args=(NUM_WORKERS,), reuse=True,
                        timeout_s=120, collective_timeout_s=60)
