@@ -22,6 +22,7 @@ import sys
 import time
 import urllib.request
 
+import nbformat
 import pytest
 
 from tests.browser.conftest import (
@@ -45,6 +46,10 @@ FLOORS = build_slides.FLOORS["talk"]
 MIN_SLIDES, MAX_SLIDES = 25, 45
 MIN_FIGURES = 4
 TALK = ROOT / "notebooks" / "talk.ipynb"
+# The talk as written: every slide is one the speaker made, with its own notes; the
+# fitter, which would split a slide too tall, leaves it alone.
+AUTHORED_SLIDES = sum(build_slides.slide_type(cell) in ("slide", "subslide")
+                      for cell in nbformat.read(TALK, as_version=4).cells)
 # A figure drawn from a run: an SVG image with text in it (the QR code has none).
 FIGURES_JS = """() => {
   const svgText = (src) => {
@@ -91,6 +96,7 @@ def test_the_offline_talk_fits_the_back_of_the_room_in_25_to_45_slides(talk_deck
     page.close()
     problems += watch.problems
     assert MIN_SLIDES <= slides <= MAX_SLIDES, f"{slides} slides"
+    assert slides == AUTHORED_SLIDES, "the fitter had to split a slide of the talk"
     assert figures >= MIN_FIGURES, f"{figures} figures drawn from runs"
     assert not problems, "\n".join(problems)
 
