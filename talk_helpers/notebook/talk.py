@@ -10,9 +10,10 @@ then makes the demos answer at once on the speaker's laptop:
   forkserver (Windows; ``TALK_NO_FORKSERVER=1`` here) keeps spawn: every worker is a new
   interpreter importing torch, and a demo with workers takes seconds;
 * **everything started now, not during a demo**: matplotlib (a first figure), the
-  workers' server (forkserver) and a warm world of two ranks (:mod:`talk_helpers.runtime.warm`) in which each rank has started
-  DataLoader workers once (its own workers' server, under forkserver) and wrapped a DDP
-  model once (DDP's imports);
+  workers' server (forkserver) and a warm world of two ranks
+  (:mod:`talk_helpers.runtime.warm`) in which each rank has started DataLoader workers
+  once (its own workers' server, under forkserver) and wrapped a DDP model once (DDP's
+  imports);
 * **definition cells that workers can import**: a cell that only defines things (imports,
   classes, functions, constants) runs as an ``%%importable`` cell
   (:mod:`talk_helpers.notebook.cells`) without the magic line on the slide, so a dataset
