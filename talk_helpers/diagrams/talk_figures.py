@@ -72,6 +72,8 @@ def classes_per_batch(batches: Sequence, classes: Sequence[int], *, n_classes: i
     shown = [[int(i) for i in batch] for batch in batches[:max_batches]]
     figure = Figure(figsize=(WIDTH_IN * 0.62, 3.8), layout="constrained")
     class_mix([(title, shown)], list(classes), n_classes, max_batches=max_batches, fig=figure)
+    # the colour bar's label, in lines short enough to stay inside the figure at 14 pt
+    figure.axes[-1].set_ylabel("samples of the class\n(white: none)")
     seen = [len({classes[i] for i in batch}) for batch in shown]
     summary = (f"classes per batch, first {len(shown)} batches: "
                + ", ".join(map(str, seen)) + f" of {n_classes}")
