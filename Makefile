@@ -82,18 +82,22 @@ present: $(STAMP)
 	$(BIN)/jupyter trust build/talk/notebooks/*.ipynb
 	$(BIN)/jupyter lab $(LAB_FLAGS) $(RISE_FLAGS) build/talk/notebooks/00_index.ipynb
 
-# The talk in RISE, straight into the slide show (Space: next; Shift+Enter runs a cell).
+# The talk in RISE, straight into the slide show on a fresh kernel: its first slide's cell,
+# start_talk(), starts the workers and two ranks (Space: next; Shift+Enter runs a cell).
 talk: $(STAMP)
 	rm -rf build/talk && mkdir -p build/talk/no-extensions && cp -r notebooks imgs build/talk/
 	$(BIN)/python scripts/fit_talk.py build/talk/notebooks/talk.ipynb
 	$(BIN)/jupyter trust build/talk/notebooks/talk.ipynb
+	@echo "First slide: Shift+Enter on start_talk() while you introduce the talk."
 	$(BIN)/jupyter lab $(LAB_FLAGS) $(RISE_FLAGS) --ServerApp.default_url=/rise/notebooks/talk.ipynb
 
-# Every cell of the talk under fork, forkserver and spawn, with its time and the total.
+# Every cell of the talk on four paths (fork, forkserver, spawn as on Windows, the talk's
+# own path on a Mac), side by side, with what the room sees where a demo is slow.
 dry-run: $(STAMP)
 	$(BIN)/python scripts/dry_run_talk.py
 
-# build/slides/talk.slides.html (the talk) and NN_name.slides.html (every notebook), offline.
+# build/slides/talk.slides.html (the talk) and NN_name.slides.html (every notebook), offline,
+# fitted to 1280x720 in Chromium (without it: a clear stop naming `make chromium`).
 slides: $(STAMP)
 	$(BIN)/python scripts/build_slides.py build/slides
 

@@ -15,8 +15,12 @@ above it says the sliders live in the notebook, the title slide keeps its headin
 first paragraph (the rest becomes speaker notes). The deck is then measured in headless
 Chromium, every visible element of every slide (scripts/slides_template/probe.js), and a
 slide that runs off the screen is split, never scaled down: before the cell that crosses
-the bottom edge (never right after a heading), then a lone cell's outputs go to a slide of
-their own, and a lone markdown cell, code cell, table or printed output is cut in two.
+the bottom edge (never right after a heading, nor after a markdown cell that opens with
+one), then a lone cell's outputs go to a slide of their own, and a lone markdown cell,
+code cell, table or printed output is cut in two. Every continuation keeps its section's
+heading, and the time mark of its notes where they have one. The talk's deck has no
+navigation arrows (the speaker steps with keys; arrows would cover the slide's corner).
+Fitting needs Chromium (/usr/bin/chromium, `make chromium`): without it the build stops.
 """
 
 import copy
@@ -60,6 +64,9 @@ ASSET_URLS = {
 }
 EXTERNAL = re.compile(r"""<(?:script|link|img)[^>]+(?:src|href)=["'](?:https?:)?//""")
 ORIGIN = "slides_origin"  # index of the notebook cell a prepared cell came from
+CONTINUED = "slides-continued"  # a heading or notes the fitter repeats on a continuation
+REPEAT_HEADINGS = "slides_repeat_headings"  # notebook metadata: continuations keep headings
+TIME_MARK = re.compile(r"\*\*(\d+:\d\d)\*\*")  # a time mark in speaker notes: **0:27**
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # An instruction to use a widget, said over its still picture: "Move the sliders", "Drag
 # the slider or press play".
@@ -234,9 +241,9 @@ def detach_outputs(nb, cell_id: str) -> bool:
     shown = copy.deepcopy(cell)
     shown["id"] = f"{cell_id}o"
     shown.metadata["tags"] = shown.metadata.get("tags", []) + ["slides-output-only"]
-    set_slide_type(shown, "subslide")
     cell["outputs"] = []
     insert_after(nb, cell, shown)
+    start_subslide(nb, shown)
     return True
 
 
@@ -301,6 +308,11 @@ def _continued(cell, suffix: str, nb):
     return rest
 
 
+def _insert_continued(nb, cell, rest) -> None:
+    insert_after(nb, cell, rest)
+    start_subslide(nb, rest)
+
+
 def split_markdown(nb, cell_id: str) -> bool:
     """Put the second half of a markdown cell on a subslide of its own; False if it cannot."""
     cell = cell_by_id(nb, cell_id)
@@ -311,7 +323,7 @@ def split_markdown(nb, cell_id: str) -> bool:
         return False
     rest = _continued(cell, "m", nb)
     cell["source"], rest["source"] = halves
-    insert_after(nb, cell, rest)
+    _insert_continued(nb, cell, rest)
     return True
 
 
@@ -325,7 +337,7 @@ def split_code(nb, cell_id: str) -> bool:
         return False
     rest = _continued(cell, "s", nb)
     cell["source"], rest["source"] = halves
-    insert_after(nb, cell, rest)
+    _insert_continued(nb, cell, rest)
     return True
 
 
@@ -340,7 +352,7 @@ def split_output(nb, cell_id: str) -> bool:
         rest = _continued(cell, "p", nb)
         half = (len(cell.outputs) + 1) // 2
         cell["outputs"], rest["outputs"] = cell.outputs[:half], cell.outputs[half:]
-        insert_after(nb, cell, rest)
+        _insert_continued(nb, cell, rest)
         return True
     output = cell.outputs[0]
     data = output.get("data", {})
@@ -363,14 +375,110 @@ def split_output(nb, cell_id: str) -> bool:
             out["data"] = {key[1]: half}
         else:
             out["text"] = half
-    insert_after(nb, cell, rest)
+    _insert_continued(nb, cell, rest)
     return True
 
 
 def make_subslides(nb, cell_ids: set[str]) -> None:
-    for cell in nb.cells:
-        if cell.get("id") in cell_ids and slide_type(cell) in ("-", "fragment"):
-            set_slide_type(cell, "subslide")
+    for cell in [c for c in nb.cells if c.get("id") in cell_ids]:
+        if slide_type(cell) in ("-", "fragment"):
+            start_subslide(nb, cell)
+
+
+def opens_with_heading(cell) -> bool:
+    """A markdown cell whose first line is a heading."""
+    return (cell is not None and cell.cell_type == "markdown"
+            and cell.source.lstrip().startswith("#"))
+
+
+def is_heading_like(cell) -> bool:
+    """A markdown cell that is a heading with at most a sentence or two under it: a slide
+    never ends on one, nor holds one alone."""
+    if not opens_with_heading(cell):
+        return False
+    text = [line for line in cell.source.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+    return len(text) <= 2
+
+
+def drop_continued_heading(nb, cell_id: str | None) -> bool:
+    """Remove the heading copy that opens a continuation (a part too tall to fit under
+    it); the next cell starts the subslide instead. False if CELL_ID is no such copy."""
+    cell = cell_by_id(nb, cell_id) if cell_id else None
+    if cell is None or CONTINUED not in cell.metadata.get("tags", []) \
+            or slide_type(cell) != "subslide":
+        return False
+    at = nb.cells.index(cell)
+    del nb.cells[at]
+    following = next((c for c in nb.cells[at:] if slide_type(c) != "notes"), None)
+    if following is not None and slide_type(following) in ("-", "fragment"):
+        set_slide_type(following, "subslide")
+    return True
+
+
+def slide_heading(nb, cell) -> str | None:
+    """The heading line of the section CELL belongs to (the nearest one above it)."""
+    for before in reversed(nb.cells[:nb.cells.index(cell)]):
+        if opens_with_heading(before):
+            return before.source.lstrip().splitlines()[0]
+    return None
+
+
+def time_mark(nb, cell) -> str | None:
+    """The time mark (``**0:27**``) of the speaker notes of the section CELL belongs to:
+    the first notes cell after its heading."""
+    index = nb.cells.index(cell)
+    start = next((k for k in range(index, -1, -1) if opens_with_heading(nb.cells[k])), 0)
+    for later in nb.cells[start:]:
+        if later.cell_type == "markdown" and slide_type(later) == "notes":
+            match = TIME_MARK.search(later.source)
+            return match.group(1) if match else None
+    return None
+
+
+def _has_notes(cells) -> bool:
+    return any(c.cell_type == "markdown" and slide_type(c) == "notes" for c in cells)
+
+
+def _part(nb, index: int) -> tuple[int, int]:
+    """The cells [first, end) of the (sub)slide that holds cell INDEX."""
+    first = next((k for k in range(index, -1, -1)
+                  if slide_type(nb.cells[k]) in ("slide", "subslide")), 0)
+    end = next((k for k in range(index + 1, len(nb.cells))
+                if slide_type(nb.cells[k]) in ("slide", "subslide")), len(nb.cells))
+    return first, end
+
+
+def start_subslide(nb, cell) -> None:
+    """Make CELL begin a new subslide. In the talk (``nb.metadata[REPEAT_HEADINGS]``) a
+    continuation keeps its section's heading (a copy, tagged CONTINUED, opens the
+    subslide), and where the section's notes have a time mark, each part left without
+    notes gets notes with that mark: the audience never sees a slide without a title, nor
+    the speaker one without a time. A self-study deck spends no room on a copy."""
+    set_slide_type(cell, "subslide")
+    if not nb.metadata.get(REPEAT_HEADINGS):
+        return
+    mark = time_mark(nb, cell)
+    heading = None if opens_with_heading(cell) else slide_heading(nb, cell)
+    if heading is not None:
+        head = nbformat.v4.new_markdown_cell(heading)
+        head["id"] = f"{cell['id']}h"
+        head.metadata["tags"] = [CONTINUED]
+        set_slide_type(head, "subslide")
+        set_slide_type(cell, "-")
+        nb.cells.insert(nb.cells.index(cell), head)
+        cell = head
+    if mark is None:
+        return
+    at = nb.cells.index(cell)
+    parts = {"n": _part(nb, at), "p": _part(nb, at - 1)}  # this part, the one before it
+    for suffix, (first, end) in parts.items():  # the later part first: indices hold
+        if not _has_notes(nb.cells[first:end]):
+            notes = nbformat.v4.new_markdown_cell(f"**{mark}** (this section, continued)")
+            notes["id"] = f"{cell['id']}{suffix}"
+            notes.metadata["tags"] = [CONTINUED]
+            set_slide_type(notes, "notes")
+            nb.cells.insert(end, notes)
 
 
 def open_deck(browser, path: Path):
@@ -412,10 +520,11 @@ def fit_deck(browser, nb, path: Path, render) -> int:
 
     In order: a new slide before the cell that crosses the bottom edge (never right after a
     heading); a lone cell too tall gets its outputs on a slide of their own; a lone part
-    still too tall is cut in two (markdown, code, a table, printed text). Never scaled."""
+    still too tall is cut in two (markdown, code, a table, printed text); a part that still
+    does not fit under the heading repeated over it loses that copy. Never scaled."""
     for _ in range(FIT_PASSES):
         changed = False
-        headings = frozenset(c["id"] for c in nb.cells if is_heading_only(c))
+        headings = frozenset(c["id"] for c in nb.cells if is_heading_like(c))
         for slide in measure(browser, path):
             if fits(slide):
                 continue
@@ -429,7 +538,8 @@ def fit_deck(browser, nb, path: Path, render) -> int:
                         if bottom > HEIGHT and not is_heading_only(cell_by_id(nb, cid))]
             for cell_id in crossing[:1]:
                 changed |= (detach_outputs(nb, cell_id) or split_markdown(nb, cell_id)
-                            or split_code(nb, cell_id) or split_output(nb, cell_id))
+                            or split_code(nb, cell_id) or split_output(nb, cell_id)
+                            or drop_continued_heading(nb, cells[0][0] if cells else None))
         if not changed:
             break
         render(nb)
@@ -454,6 +564,8 @@ def render_deck(nb, path: Path, talk: bool = False) -> None:
     body = body.replace(f"height: {HEIGHT},", f"height: {HEIGHT}, margin: 0, center: false,", 1)
     body = body.replace("function(Reveal, RevealNotes){",  # tests and the fit drive Reveal
                         "function(Reveal, RevealNotes){ window.Reveal = Reveal;", 1)
+    if talk:  # the speaker steps with keys or a clicker: no arrows over the slide's corner
+        body = body.replace("controls: true,", "controls: false,", 1)
     external = external_assets(body)
     if external:
         raise RuntimeError(f"{path.name}: the deck still loads {external[:3]}")
@@ -471,6 +583,7 @@ def build_fitted(notebook: Path, outdir: Path, browser=None):
     nb = prepare(nbformat.read(notebook, as_version=4))
     path = outdir / f"{Path(notebook).stem}.slides.html"
     talk = is_talk(notebook)
+    nb.metadata[REPEAT_HEADINGS] = talk
     render_deck(nb, path, talk)
     if browser is not None:
         left = fit_deck(browser, nb, path, lambda fitted: render_deck(fitted, path, talk))
@@ -505,16 +618,16 @@ def deck_notebooks() -> list[Path]:
 def build_all(outdir: Path, fit: bool = True, notebooks: list[Path] | None = None,
               browser=None) -> list[Path]:
     """Build the decks of NOTEBOOKS (default: the talk and every notebook) into OUTDIR,
-    fitted in BROWSER (a playwright Chromium; default: one started here)."""
+    fitted in BROWSER (a playwright Chromium; default: one started here). Without
+    Chromium a fitted build stops with a message naming `make chromium` (SystemExit)."""
+    if fit and browser is None and not CHROMIUM.exists():
+        raise SystemExit(missing_chromium())
     outdir.mkdir(parents=True, exist_ok=True)
     fetch_vendor(outdir / "vendor")
     notebooks = deck_notebooks() if notebooks is None else notebooks
     if browser is not None:
         return [build_deck(nb, outdir, browser) for nb in notebooks]
-    if not (fit and CHROMIUM.exists()):
-        if fit:
-            print(f"!!! {CHROMIUM} is missing: decks built WITHOUT fitting to the screen !!!",
-                  file=sys.stderr)
+    if not fit:
         return [build_deck(nb, outdir) for nb in notebooks]
     from playwright.sync_api import sync_playwright
 
@@ -524,6 +637,13 @@ def build_all(outdir: Path, fit: bool = True, notebooks: list[Path] | None = Non
             return [build_deck(nb, outdir, browser) for nb in notebooks]
         finally:
             browser.close()
+
+
+def missing_chromium() -> str:
+    """Why a deck cannot be fitted here, and the command that fixes it."""
+    return (f"build_slides.py: {CHROMIUM} is missing, and a deck is fitted to the screen by "
+            "measuring it in Chromium (unfitted slides run off the projector). Install it "
+            "with `make chromium` (Debian's chromium package), then run `make slides` again.")
 
 
 def main(outdir: str = "build/slides") -> None:

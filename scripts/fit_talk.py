@@ -38,18 +38,40 @@ RISE = {"width": build_slides.WIDTH, "height": build_slides.HEIGHT, "margin": 0,
 
 
 def copy_breaks(fitted, original) -> int:
-    """Mark as subslide every ORIGINAL cell whose fitted counterpart starts one; count them."""
-    breaks = 0
+    """Mark as subslide every ORIGINAL cell whose fitted counterpart starts one, with the
+    heading (and notes) the deck repeats on a continuation inserted before it; count the
+    breaks."""
+    breaks, pending, inserts = 0, [], []
     for cell in fitted.cells:
+        if build_slides.CONTINUED in cell.metadata.get("tags", []):
+            pending.append(cell)  # goes before the next cell of the notebook
+            continue
         index = cell.metadata.get(build_slides.ORIGIN)
         if index is None or not re.fullmatch(r"c\d+", cell.get("id", "")):
-            continue  # outputs or a half the deck moved: no cell of the notebook starts there
+            # outputs or a half the deck moved: no cell of the notebook starts there, and
+            # the heading the deck repeats over them has nothing to head in RISE
+            pending = []
+            continue
         target = original.cells[index]
-        if (build_slides.slide_type(cell) == "subslide"
+        if pending:
+            inserts.append((index, [_live(c) for c in pending]))
+            build_slides.set_slide_type(target, build_slides.slide_type(cell))
+            breaks += 1
+            pending = []
+        elif (build_slides.slide_type(cell) == "subslide"
                 and build_slides.slide_type(target) in ("-", "fragment")):
             build_slides.set_slide_type(target, "subslide")
             breaks += 1
+    for index, cells in sorted(inserts, key=lambda item: item[0], reverse=True):
+        original.cells[index:index] = cells
     return breaks
+
+
+def _live(cell):
+    """A copy of a cell the deck added, for the live notebook (an id of its own)."""
+    live = nbformat.v4.new_markdown_cell(cell.source)
+    live.metadata.update({k: v for k, v in cell.metadata.items() if k != build_slides.ORIGIN})
+    return live
 
 
 def fit_copy(path: Path, browser, decks: Path) -> None:
@@ -57,7 +79,8 @@ def fit_copy(path: Path, browser, decks: Path) -> None:
     if browser is not None:
         _, fitted = build_slides.build_fitted(path, decks, browser)
         print(f"{path.name}: {copy_breaks(fitted, original)} slide break(s) added")
-    original.metadata["rise"] = {**original.metadata.get("rise", {}), **RISE}
+    settings = {**RISE, "controls": not build_slides.is_talk(path)}  # the talk: keys only
+    original.metadata["rise"] = {**original.metadata.get("rise", {}), **settings}
     nbformat.write(original, path)
 
 
@@ -82,7 +105,8 @@ def main(target: str) -> None:
     notebooks = notebooks_at(path)
     copy_styles(path if path.is_dir() else path.parent)
     if not build_slides.CHROMIUM.exists():
-        print(f"!!! {build_slides.CHROMIUM} is missing: RISE gets 1280x720 but NO slide breaks",
+        print(f"!!! {build_slides.CHROMIUM} is missing: RISE gets 1280x720 but NO slide breaks "
+              "(a slide may run off the screen); `make chromium` installs it !!!",
               file=sys.stderr)
         for notebook in notebooks:
             fit_copy(notebook, None, Path())

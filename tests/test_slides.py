@@ -1,8 +1,10 @@
+import base64
 import importlib.util
 import re
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("build_slides", ROOT / "scripts/build_slides.py")
@@ -175,10 +177,177 @@ def test_every_line_of_the_talks_shown_code_fits_a_slide_without_wrapping():
     assert long == []
 
 
-def test_every_talk_section_has_speaker_notes_with_a_time_mark():
-    nb = nbformat.read(ROOT / "notebooks/talk.ipynb", 4)
-    notes = [c.source for c in nb.cells if build_slides.slide_type(c) == "notes"]
-    marks = [re.match(r"\*\*(\d+):(\d\d)\*\*", n) for n in notes]
-    assert notes and all(marks)
-    minutes = [int(m.group(1)) * 60 + int(m.group(2)) for m in marks]  # h:mm
-    assert minutes == sorted(minutes) and 30 <= minutes[-1] <= 40
+TALK = ROOT / "notebooks/talk.ipynb"
+
+
+def _talk():
+    return nbformat.read(TALK, 4)
+
+
+def _sections(nb) -> list[list]:
+    """The cells of each slide and subslide, in order."""
+    sections = []
+    for cell in nb.cells:
+        if build_slides.slide_type(cell) in ("slide", "subslide") or not sections:
+            sections.append([])
+        sections[-1].append(cell)
+    return sections
+
+
+def _minutes(mark: str) -> int:
+    hours, minutes = mark.split(":")
+    return int(hours) * 60 + int(minutes)
+
+
+def test_every_slide_of_the_talk_has_speaker_notes_that_open_with_a_time_mark():
+    for section in _sections(_talk()):
+        notes = [c.source for c in section if build_slides.slide_type(c) == "notes"]
+        assert notes, f"no notes on the slide {section[0].source.splitlines()[0]!r}"
+        assert all(re.match(r"\*\*\d+:\d\d\*\*", n) for n in notes), notes
+
+
+def test_the_talks_time_marks_rise_and_end_by_0_32_of_a_35_minute_slot():
+    notes = [c.source for c in _talk().cells if build_slides.slide_type(c) == "notes"]
+    marks = [_minutes(m) for n in notes for m in build_slides.TIME_MARK.findall(n)]
+    assert marks == sorted(marks)
+    assert 28 <= marks[-1] <= 32, f"the talk ends at {marks[-1] // 60}:{marks[-1] % 60:02d}"
+
+
+def test_no_slide_of_the_talk_shows_a_cell_magic():
+    shown = [c.source for c in _talk().cells
+             if c.cell_type == "code" and build_slides.slide_type(c) != "skip"]
+    assert shown and not [s for s in shown if s.lstrip().startswith("%")]
+
+
+def test_the_talk_shows_at_least_four_figures_drawn_from_runs():
+    figures = [c for c in _talk().cells if c.cell_type == "code"
+               and any("image/svg+xml" in o.get("data", {}) for o in c.outputs)]
+    assert len(figures) >= 4
+
+
+def test_the_talk_runs_its_set_up_on_its_first_slide_and_hides_no_cell():
+    nb = _talk()
+    assert not [c for c in nb.cells if build_slides.slide_type(c) == "skip"]
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert "start_talk()" in first_code.source
+    assert first_code in _sections(nb)[0]
+
+
+def test_the_talks_last_slide_names_the_collection_with_its_qr_code():
+    from talk_helpers.diagrams.talk_figures import qr_code
+
+    readme = (ROOT / "README.md").read_text()
+    repository = re.search(r"mybinder\.org/v2/gh/([\w.-]+/[\w.-]+)/", readme).group(1)
+    address = f"https://github.com/{repository}"
+    last = [c for c in _talk().cells if build_slides.slide_type(c) == "slide"][-1]
+    assert address.removeprefix("https://") in last.source
+    (uri,) = re.findall(r'src="(data:image/svg\+xml;base64,[^"]+)"', last.source)
+    assert base64.b64decode(uri.split(",", 1)[1]).decode() == qr_code(address, scale=8)
+
+
+# --- the fitter: continuations, headings, Chromium --------------------------------------
+
+def _cells(*specs):
+    """Markdown ('m'), code ('c') or notes ('n') cells from (kind, source, slide type)."""
+    cells = []
+    for number, (kind, source, slide) in enumerate(specs):
+        cell = (nbformat.v4.new_code_cell(source) if kind == "c"
+                else nbformat.v4.new_markdown_cell(source))
+        build_slides.set_slide_type(cell, "notes" if kind == "n" else slide)
+        cell["id"] = f"c{number}"
+        cells.append(cell)
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata[build_slides.REPEAT_HEADINGS] = True  # as in the talk
+    return nb
+
+
+def test_a_continuation_keeps_its_heading_and_each_part_its_time_mark():
+    nb = _cells(("m", "## Files\n\nFour files.", "slide"), ("c", "files = 4", "-"),
+                ("c", "audit(files)", "fragment"), ("n", "**0:26** Whole files.", "notes"))
+    build_slides.make_subslides(nb, {"c2"})
+    kinds = [(build_slides.slide_type(c), c.source) for c in nb.cells]
+    assert kinds == [
+        ("slide", "## Files\n\nFour files."), ("-", "files = 4"),
+        ("notes", "**0:26** (this section, continued)"),
+        ("subslide", "## Files"), ("-", "audit(files)"), ("notes", "**0:26** Whole files."),
+    ]
+
+
+def test_a_cell_that_opens_with_a_heading_starts_its_subslide_without_a_copy():
+    nb = _cells(("m", "## One", "slide"), ("c", "x = 1", "-"), ("m", "## Two", "-"))
+    build_slides.make_subslides(nb, {"c2"})
+    assert [c.source for c in nb.cells] == ["## One", "x = 1", "## Two"]
+    assert build_slides.slide_type(nb.cells[2]) == "subslide"
+
+
+def test_a_heading_with_its_sentence_is_never_left_alone_above_a_cut():
+    cells = [("text", 20, 300), ("intro", 300, 380), ("code", 380, 900)]
+    assert build_slides.split_points(cells, height=720, headings=frozenset({"intro"})) == [
+        "intro"]
+    alone = [("intro", 20, 100), ("code", 100, 900)]
+    assert build_slides.split_points(alone, height=720, headings=frozenset({"intro"})) == []
+
+
+def test_the_live_talk_gets_the_headings_the_deck_repeats_on_a_continuation():
+    original = _cells(("m", "## Files", "slide"), ("c", "files = 4", "-"),
+                      ("c", "audit(files)", "-"), ("n", "**0:26** Whole files.", "notes"))
+    fitted = build_slides.prepare(original)
+    fitted.metadata[build_slides.REPEAT_HEADINGS] = True
+    build_slides.make_subslides(fitted, {"c2"})
+    fit_talk = _load_script("fit_talk")
+    assert fit_talk.copy_breaks(fitted, original) == 1
+    assert [(build_slides.slide_type(c), c.source) for c in original.cells] == [
+        ("slide", "## Files"), ("-", "files = 4"),
+        ("notes", "**0:26** (this section, continued)"), ("subslide", "## Files"),
+        ("-", "audit(files)"), ("notes", "**0:26** Whole files.")]
+
+
+def test_the_talk_deck_has_no_navigation_arrows_and_the_notebook_decks_keep_theirs(tmp_path):
+    nb = _cells(("m", "# T", "slide"), ("c", "1", "-"))
+    build_slides.render_deck(nb, tmp_path / "talk.slides.html", talk=True)
+    build_slides.render_deck(nb, tmp_path / "deck.slides.html", talk=False)
+    assert "controls: false," in (tmp_path / "talk.slides.html").read_text()
+    assert "controls: true," in (tmp_path / "deck.slides.html").read_text()
+
+
+def test_a_fitted_build_without_chromium_stops_and_names_make_chromium(tmp_path, monkeypatch):
+    monkeypatch.setattr(build_slides, "CHROMIUM", tmp_path / "no-chromium")
+    with pytest.raises(SystemExit, match="make chromium"):
+        build_slides.build_all(tmp_path / "slides", notebooks=[TALK])
+    assert not (tmp_path / "slides").exists()
+
+
+def _load_script(name: str):
+    loaded = importlib.util.spec_from_file_location(name, ROOT / f"scripts/{name}.py")
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    return module
+
+
+def test_only_a_heading_with_a_sentence_or_two_is_kept_with_what_follows_it():
+    short = nbformat.v4.new_markdown_cell("## Step 3\n\nA training loop like every tutorial's.")
+    long = nbformat.v4.new_markdown_cell("## Going deeper\n\none\n\ntwo\n\nthree")
+    assert build_slides.is_heading_like(short)
+    assert not build_slides.is_heading_like(long)
+    assert not build_slides.is_heading_like(nbformat.v4.new_markdown_cell("No heading."))
+
+
+def test_a_part_too_tall_for_its_repeated_heading_loses_the_copy_not_its_content():
+    nb = _cells(("m", "## Figure", "slide"), ("c", "x = 1", "-"), ("c", "draw()", "-"),
+                ("n", "**0:05** A figure.", "notes"))
+    build_slides.make_subslides(nb, {"c2"})
+    copy = next(c for c in nb.cells if c.source == "## Figure"
+                and build_slides.CONTINUED in c.metadata.get("tags", []))
+    assert build_slides.drop_continued_heading(nb, copy["id"])
+    assert [c.source for c in nb.cells if build_slides.slide_type(c) != "notes"] == [
+        "## Figure", "x = 1", "draw()"]
+    assert build_slides.slide_type(nb.cells[-2]) == "subslide"
+    assert not build_slides.drop_continued_heading(nb, "c1")
+
+
+def test_a_self_study_deck_spends_no_room_on_repeated_headings():
+    nb = _cells(("m", "## Files", "slide"), ("c", "files = 4", "-"), ("c", "audit(files)", "-"))
+    nb.metadata[build_slides.REPEAT_HEADINGS] = False
+    build_slides.make_subslides(nb, {"c2"})
+    assert [c.source for c in nb.cells] == ["## Files", "files = 4", "audit(files)"]
+    assert build_slides.slide_type(nb.cells[2]) == "subslide"

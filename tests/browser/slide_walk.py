@@ -60,10 +60,68 @@ def state_problems(page, floors: dict) -> list[str]:
     return found
 
 
-def walk(page, floors: dict, advance, shots: Path | None = None) -> tuple[int, list[str]]:
+# What the talk holds itself to on every state, beyond the probe: speaker notes with a time
+# mark on every slide, syntax colouring on every code cell, no cell magic on screen, no
+# navigation arrows over the slide, no output shown twice.
+TALK_STATE_JS = """() => {
+  const leaf = [...document.querySelectorAll('.reveal .slides section.present')]
+    .filter((s) => !s.querySelector('section'))[0];
+  if (!leaf) return ['no slide is shown'];
+  const shown = (el) => {
+    const r = el.getBoundingClientRect();
+    for (let a = el; a && a !== leaf; a = a.parentElement) {
+      const s = getComputedStyle(a);
+      if (s.display === 'none' || s.visibility === 'hidden' || parseFloat(s.opacity) === 0)
+        return false;
+    }
+    return r.width > 0 && r.height > 0;
+  };
+  const snippet = (el) => el.textContent.trim().replace(/\\s+/g, ' ').slice(0, 50);
+  const problems = [];
+  const notes = leaf.querySelector('aside.notes');
+  if (!notes || !/\\b\\d+:\\d\\d\\b/.test(notes.textContent))
+    problems.push('no speaker notes with a time mark');
+  for (const input of leaf.querySelectorAll('.jp-CodeCell .jp-InputArea')) {
+    if (!shown(input)) continue;
+    const code = input.querySelector('.cm-content, pre');
+    if (!code || !code.textContent.trim()) continue;
+    const plain = getComputedStyle(code).color;
+    const coloured = [...code.querySelectorAll('span')]
+      .some((span) => span.textContent.trim() && getComputedStyle(span).color !== plain);
+    // Code with a keyword, a number or a string has something to colour; a bare call
+    // such as `f(x)` may rightly have nothing.
+    const keywords = /\\b(def|class|import|from|return|for|if|yield|try|with|True|None)\\b/;
+    const colourable = keywords.test(code.textContent) || /\\d|["'=#]/.test(code.textContent);
+    if (colourable && !coloured) problems.push(`code without syntax colouring: ${snippet(code)}`);
+    if (/^\\s*%%/.test(code.textContent)) problems.push(`a cell magic on screen: ${snippet(code)}`);
+  }
+  const controls = document.querySelector('.reveal .controls');
+  if (controls && getComputedStyle(controls).display !== 'none') {
+    const c = controls.getBoundingClientRect();
+    const covered = [...leaf.querySelectorAll('.jp-Cell *')].filter(shown).some((el) => {
+      const r = el.getBoundingClientRect();
+      return r.left < c.right && r.right > c.left && r.top < c.bottom && r.bottom > c.top;
+    });
+    if (c.width > 0 && covered) problems.push('the navigation arrows cover the slide');
+  }
+  const outputs = [...leaf.querySelectorAll('.jp-OutputArea-output')].filter(shown)
+    .map((o) => o.textContent.trim().replace(/\\s+/g, ' ')).filter(Boolean);
+  const twice = outputs.filter((text, k) => outputs.indexOf(text) !== k);
+  for (const text of new Set(twice)) problems.push(`an output shown twice: ${text.slice(0, 50)}`);
+  return problems;
+}"""
+
+
+def talk_state_problems(page) -> list[str]:
+    """The talk's own rules for the state on screen (TALK_STATE_JS)."""
+    return page.evaluate(TALK_STATE_JS)
+
+
+def walk(page, floors: dict, advance, shots: Path | None = None,
+         extra=None) -> tuple[int, list[str]]:
     """Judge every state from the one on screen to the last; ADVANCE(page) moves one
     state on. Returns the number of states and the problems, each named by its state.
-    With SHOTS, saves state-NN.png there."""
+    With SHOTS, saves state-NN.png there; EXTRA(page) adds problems of its own."""
     problems, states, seen = [], 0, set()
     while states < MAX_STATES:
         page.wait_for_timeout(20)
@@ -74,7 +132,8 @@ def walk(page, floors: dict, advance, shots: Path | None = None) -> tuple[int, l
         states += 1
         if shots is not None:
             page.screenshot(path=str(shots / f"state-{states:02d}.png"))
-        problems += [f"state {states}: {p}" for p in state_problems(page, floors)]
+        found = state_problems(page, floors) + (extra(page) if extra is not None else [])
+        problems += [f"state {states}: {p}" for p in found]
         advance(page)
     return states, problems + ["never reached the last state"]
 
