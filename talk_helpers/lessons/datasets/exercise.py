@@ -188,12 +188,12 @@ def block_design(block_size: int | None, *, n_shards: int = 16, shard_size: int 
             for worker in range(num_workers):
                 mine = copy.deepcopy(ds)
                 counter = CountingLoad()
-                mine._load = counter   # counts this worker's loads
+                mine._shards.load = counter   # counts this worker's loads
                 stream = []
                 with as_worker(mine, worker, num_workers):
                     for batch in mine:
                         stream.append(batch.numpy())
-                        held = max(held, len(mine._cache))
+                        held = max(held, len(mine._shards.cache))
                 streams.append(stream)
                 rank_loads += counter.calls
             loads.append(rank_loads)
