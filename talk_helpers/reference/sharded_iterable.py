@@ -459,12 +459,12 @@ class ShardedIterableDataset(IterableDataset):
     def _loader_shape(self, caller, num_workers: int) -> LoaderShape:
         """How the DataLoader iterating this copy takes its items; refuses the shapes whose
         order checkpoint() could not know, and records the shape for the main process."""
-        loader = _loader_in_frames(caller)
+        loader = _caller_with(caller, "dataset", "num_workers", "batch_size", "drop_last")
         shape = LoaderShape.of(loader) if getattr(loader, "dataset", None) is self \
             else self._loader
         fetcher = caller.f_locals.get("self") if caller is not None else None
-        if shape is None and getattr(fetcher, "dataset", None) is self and \
-                getattr(fetcher, "auto_collation", False):
+        fetched = getattr(fetcher, "dataset", None) is self   # DataLoader's own fetcher
+        if shape is None and fetched and getattr(fetcher, "auto_collation", False):
             raise ValueError(
                 "the DataLoader batches this dataset's items, but its batch_size cannot be "
                 "seen from here, so checkpoint() could not count what was read: build "
@@ -477,8 +477,10 @@ class ShardedIterableDataset(IterableDataset):
                 "finish them: the order would depend on timing, and checkpoint() could "
                 "not tell which batches were read. Use in_order=True (the default).")
         info = get_worker_info()
-        wrapped = loader is not None and loader.dataset is not self or \
-            info is not None and info.dataset is not self
+        if info is not None:     # read through another dataset?
+            wrapped = info.dataset is not self
+        else:
+            wrapped = not fetched and _caller_with(caller, "_dataset", "_dataset_kind") is not None
         self._record_loader(shape, wrapped)
         return shape
 
@@ -579,7 +581,8 @@ class ShardedIterableDataset(IterableDataset):
         state = self.__dict__.copy()
         state["_orders"] = {}
         # Pickled for a spawned or forkserver worker? The worker cannot see the loader.
-        loader = _loader_in_frames(sys._getframe(1))
+        loader = _caller_with(sys._getframe(1), "dataset", "num_workers", "batch_size",
+                              "drop_last")
         if getattr(loader, "dataset", None) is self:
             state["_loader"] = LoaderShape.of(loader)
             self._record_loader(state["_loader"])
@@ -826,20 +829,19 @@ def batches_taken(consumed: int, counts: np.ndarray) -> np.ndarray:
     return np.minimum(counts, np.maximum(0, -(-(consumed - workers) // len(counts))))
 
 
-def _loader_in_frames(frame) -> Any:
-    """The DataLoader whose ``__iter__`` is among the callers from ``frame`` up, if any.
-
-    In the main process and in a forked worker (its stack is a copy of the parent's) the
-    loader that is starting to iterate is there; a spawned or forkserver worker gets its
-    shape with the pickled dataset (``__getstate__`` runs inside that ``__iter__``).
-    DataLoader passes a worker nothing else that says how it batches."""
+def _caller_with(frame, *attributes: str) -> Any:
+    """The nearest caller's ``self`` (from ``frame`` up) that has ``attributes``: with a
+    DataLoader's, the loader that is iterating. In the main process and in a forked worker
+    (its stack is a copy of the parent's) its ``__iter__`` is there; a spawned or
+    forkserver worker gets the loader's shape with the pickled dataset (``__getstate__``
+    runs inside that ``__iter__``). DataLoader passes a worker nothing else that says how
+    it batches."""
     while frame is not None:
         owner = frame.f_locals.get("self")
         try:
-            if all(hasattr(owner, a) for a in ("dataset", "num_workers", "batch_size",
-                                               "drop_last")):
+            if owner is not None and all(hasattr(owner, a) for a in attributes):
                 return owner
-        except Exception:   # an object whose attributes cannot be read: not a loader
+        except Exception:   # an object whose attributes cannot be read
             pass
         frame = frame.f_back
     return None
