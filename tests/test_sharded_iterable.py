@@ -466,20 +466,6 @@ def test_shards_in_memory_are_checked_against_lengths_when_built():
         ShardedIterableDataset.from_shards([range(3), range(3, 9)], lengths=[3, 5])
 
 
-@pytest.mark.parametrize("env", [{"WORLD_SIZE": "4"}, {"RANK": "2"}])
-def test_a_world_in_the_environment_without_a_rank_is_refused(monkeypatch, env):
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    with pytest.raises(ValueError, match="this rank cannot be known"):
-        ShardedIterableDataset(10)
-    assert ShardedIterableDataset(10, rank=1, world_size=3).rank == 1
-    monkeypatch.setenv("WORLD_SIZE", "1")
-    monkeypatch.delenv("RANK", raising=False)
-    assert (ShardedIterableDataset(10).rank, ShardedIterableDataset(10).world_size) == (0, 1)
-
-
 def micro_batches(n_shards, block_size=None, shard_size=64, seed=0, epochs=2, **kwargs):
     """epochs -> ranks -> micro-batches of 2 ranks × 2 workers, batch 8; and shard labels."""
     shards = shard_ranges([shard_size] * n_shards)
@@ -626,23 +612,6 @@ def test_rank_comes_from_the_environment_at_construction(monkeypatch):
     assert (ShardedIterableDataset(10).rank, ShardedIterableDataset(10).world_size) == (0, 1)
 
 
-def test_rank_comes_from_an_initialised_process_group_that_agrees_with_the_launcher(
-        monkeypatch, tmp_path):
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "1")
-    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path}/store",
-                                         rank=0, world_size=1)
-    try:
-        assert (ShardedIterableDataset(10).rank, ShardedIterableDataset(10).world_size) == (0, 1)
-        monkeypatch.setenv("RANK", "5")          # torchrun's world, not the group's
-        monkeypatch.setenv("WORLD_SIZE", "9")
-        with pytest.raises(ValueError, match=r"the process group says rank 0 of 1, torchrun "
-                                             r"\(RANK=5, WORLD_SIZE=9\) says rank 5 of 9"):
-            ShardedIterableDataset(10)
-    finally:
-        torch.distributed.destroy_process_group()
-
-
 @pytest.mark.parametrize("num_workers", [0, 1, 2, 3])
 def test_a_dataloader_yields_the_workers_runs_in_turn(num_workers):
     ds = ShardedIterableDataset(203, batch_size=8, rank=1, world_size=2, policy="pad")
@@ -748,6 +717,64 @@ def test_stateful_dataloader_resume_repeats_the_same_augmentations():
     assert len(got) == len(full)
     for (b1, d1), (b2, d2) in zip(got, full, strict=True):
         assert torch.equal(b1, b2) and torch.equal(d1, d2)
+
+
+# -- a corpus that grows ------------------------------------------------------------------
+
+SIZES, GROWN = [26, 9, 14, 12], [26, 9, 14, 12, 30, 7]
+
+
+def corpus(sizes, **kwargs):
+    return ShardedIterableDataset.from_shards(shard_ranges(sizes), seed=4, block_size=20,
+                                              **kwargs)
+
+
+@pytest.mark.parametrize("batch_size,loader_batch", [(5, None), (None, 4)])
+def test_a_checkpoint_loads_onto_more_shards_and_they_join_from_the_next_epoch(batch_size,
+                                                                               loader_batch):
+    shape = loader(2, loader_batch)
+    old = corpus(SIZES, batch_size=batch_size)
+    old.set_epoch(2)
+    full = read(old, shape)
+    saved = old.checkpoint(3, loader=shape)
+    new = corpus(GROWN, batch_size=batch_size)
+    new.load_state_dict(saved)
+    assert ids(full[:3]) + ids(read(new, shape)) == ids(full), "the saved epoch, as it was"
+    assert new.checkpoint(0, loader=shape)["config"]["lengths"] == SIZES
+    new.set_epoch(3)
+    assert sorted(ids(read(new, shape))) == list(range(sum(GROWN))), "the new shards join"
+
+
+def test_a_stateful_state_loads_onto_more_shards():
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def stateful(sizes):
+        ds = corpus(sizes, batch_size=5)
+        ds.set_epoch(1)
+        return StatefulDataLoader(ds, batch_size=None, num_workers=2, timeout=TIMEOUT)
+
+    full = [b.tolist() for b in stateful(SIZES)]
+    first = stateful(SIZES)
+    it = iter(first)
+    before = [next(it).tolist() for _ in range(4)]
+    state = first.state_dict()
+    del it, first
+    resumed = stateful(GROWN)
+    resumed.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # StatefulDataLoader's own deprecation warning
+        assert before + [b.tolist() for b in resumed] == full
+
+
+@pytest.mark.parametrize("sizes,words", [
+    ([26, 10, 14, 12], r"shard 1 \(range\(26, 36\)\) held 9 samples when the state was "
+                       r"saved and holds 10 now"),
+    ([26, 9, 14], "a corpus of 4 shards, and this one has 3"),
+    ([9, 26, 14, 12], r"shard 0 \(range\(0, 9\)\) held 26 samples")])
+def test_a_corpus_changed_otherwise_than_grown_is_refused_naming_the_shard(sizes, words):
+    saved = corpus(SIZES, batch_size=5).checkpoint(2, num_workers=1)
+    with pytest.raises(ValueError, match=words):
+        corpus(sizes, batch_size=5).load_state_dict(saved)
 
 
 # -- elastic resume ------------------------------------------------------------------------
@@ -861,6 +888,23 @@ def test_the_module_imports_only_torch_numpy_and_the_standard_library():
     roots |= {node.module.split(".")[0] for node in ast.walk(tree)
               if isinstance(node, ast.ImportFrom) and node.level == 0}
     assert roots - set(sys.stdlib_module_names) == {"numpy", "torch"}
+
+
+def test_the_module_reads_in_small_functions_with_few_positional_parameters():
+    """Item by item, what a person who copies the file reads: no function longer than 40
+    lines, none with more than four positional parameters (self and cls aside)."""
+    import ast
+    from pathlib import Path
+
+    import talk_helpers.reference.sharded_iterable as module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            positional = [a.arg for a in node.args.posonlyargs + node.args.args
+                          if a.arg not in ("self", "cls")]
+            assert node.end_lineno - node.lineno < 40, node.name
+            assert len(positional) <= 4, (node.name, positional)
 
 
 # -- notebook 09's machinery ------------------------------------------------------------------
