@@ -124,6 +124,11 @@ FEISTEL_ROUNDS = 6
 LAUNCHERS = (("torchrun", "RANK", "WORLD_SIZE"),
              ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
              ("SLURM", "SLURM_PROCID", "SLURM_NTASKS"))
+# Slots of the shared-memory tensor that every copy of one dataset sees (workers included).
+_EPOCH, _EPOCH_SET, _WORKERS, _LOADER_BATCH, _DROP_LAST, _WRAPPED, _READ_TO_END, _WARNED = \
+    range(8)
+_SLOTS = 8
+_CHUNK = 4096   # sample ids computed at once, at most
 
 
 class ShardedIterableDataset(IterableDataset):
@@ -1079,11 +1084,6 @@ def _shard_lengths(shards: list, lengths: Sequence[int] | None,
 
 # -- small helpers --------------------------------------------------------------------------
 
-# Slots of the shared-memory tensor that every copy of one dataset sees.
-_EPOCH, _EPOCH_SET, _WORKERS, _LOADER_BATCH, _DROP_LAST, _WRAPPED, _READ_TO_END, _WARNED = \
-    range(8)
-_SLOTS = 8
-_CHUNK = 4096   # sample ids computed at once, at most
 
 
 def _check_int(name: str, value: Any, *, low: int, high: int | None = None,
