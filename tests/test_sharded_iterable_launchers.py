@@ -97,6 +97,8 @@ def test_a_process_group_must_agree_with_the_launcher(environment, tmp_path):
         with pytest.raises(ValueError, match=r"the process group says rank 0 of 1, SLURM "
                                              r"\(SLURM_PROCID=1, SLURM_NTASKS=2\) says rank 1"):
             resolve_rank_and_world()
+        environment({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "WORLD_SIZE": "4"})
+        assert resolve_rank_and_world() == (0, 1), "the group knows the rank torchrun's lacks"
     finally:
         torch.distributed.destroy_process_group()
 

@@ -710,10 +710,12 @@ def resolve_rank_and_world(rank: int | None = None,
 
 
 def _rank_and_world_of_this_job() -> tuple[int, int]:
-    sources = _launchers_of_this_process()    # [(who, rank, world)], innermost first
     dist = torch.distributed
+    group = None
     if dist.is_available() and dist.is_initialized():
         group = ("the process group", dist.get_rank(), dist.get_world_size())
+    sources = _launchers_of_this_process(incomplete_ok=group is not None)
+    if group is not None:
         if sources and sources[0][1:] != group[1:]:
             raise _disagreement(group, sources[0], "the group was initialised with "
                                 "another world than the launcher's")
@@ -728,9 +730,10 @@ def _rank_and_world_of_this_job() -> tuple[int, int]:
     return inner[1], inner[2]
 
 
-def _launchers_of_this_process() -> list[tuple[str, int, int]]:
+def _launchers_of_this_process(incomplete_ok: bool) -> list[tuple[str, int, int]]:
     """(who, rank, world size) of each launcher whose variables are set, innermost first.
-    A SLURM batch script (no ``SLURM_STEP_ID``; rank 0) is one process, not a world."""
+    A SLURM batch script (no ``SLURM_STEP_ID``; rank 0) is one process, not a world. A
+    launcher that names a world but not the rank is refused, unless ``incomplete_ok``."""
     found = []
     for name, rank_var, world_var in LAUNCHERS:
         rank, world = os.environ.get(rank_var), os.environ.get(world_var)
@@ -741,14 +744,14 @@ def _launchers_of_this_process() -> list[tuple[str, int, int]]:
         who = f"{name} ({rank_var}={rank}, {world_var}={world})"
         if rank is None and world == "1" or world is None and rank == "0":
             found.append((who, 0, 1))
-        elif rank is None or world is None:
+        elif rank is not None and world is not None:
+            found.append((who, _env_int(rank_var, rank), _env_int(world_var, world)))
+        elif not incomplete_ok:
             raise ValueError(
                 f"the environment says {rank_var}={rank}, {world_var}={world}, and "
                 f"torch.distributed is not initialised: this rank cannot be known, and every "
                 f"process would read as rank 0 of 1. Call init_process_group() before "
                 f"building the dataset, or pass rank= and world_size=")
-        else:
-            found.append((who, _env_int(rank_var, rank), _env_int(world_var, world)))
     return found
 
 
