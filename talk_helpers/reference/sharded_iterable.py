@@ -40,9 +40,10 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
   repeats (policy ``"pad"``, fewer than ``world_size``); every rank yields ``len(ds)``
   items, so DDP cannot hang on the data. ``DataLoader(drop_last=True)`` leaves out each
   rank's last partial batch as well (the dataset does not deal it);
-* ``set_epoch`` reaches persistent workers too (shared memory); a second pass over an
-  epoch that a pass already read to its end, with no ``set_epoch`` between them, warns once
-  (raises with ``strict=True``): it would repeat the order and the augmentations;
+* ``set_epoch`` reaches persistent workers too (shared memory); a second pass over a
+  shuffled epoch that a pass already read to its end, with no ``set_epoch`` between them,
+  warns once (raises with ``strict=True``): it would repeat the order and the
+  augmentations;
 * a worker reads a contiguous run of blocks: each shard is loaded once per rank and epoch,
   except the shards of the blocks that a boundary between two workers cuts (at most
   ``num_workers - 1`` blocks per rank), which both workers load;
@@ -88,17 +89,18 @@ world size, number of workers or batch size; a shard whose ``load`` returns anot
 than ``lengths`` declares.
 
 How others do it, from their installed sources. mosaicml-streaming's ``StreamingDataset``
-(0.13) orders samples by ``num_canonical_nodes`` (the initial run's node count), so the
-order survives a change of world size; its default shuffle is ``py1e``, and its fixed-block
-``py1br`` draws each block's size in (0.75, 1.25) × ``shuffle_block_size``, which defaults
-to ``max(4_000_000 // num_canonical_nodes, 1 << 18)`` (``streaming/base/dataset.py``,
+(0.13) orders samples by ``num_canonical_nodes`` (by default the first run's node count),
+so its order survives a change of world size, and a resume skips the ``sample_in_epoch``
+samples the world had read. Its default shuffle is ``py1e``; its fixed-block ``py1br``
+draws each block's size in (0.75, 1.25) × ``shuffle_block_size``, which defaults to
+``max(4_000_000 // num_canonical_nodes, 1 << 18)`` (``streaming/base/dataset.py``,
 ``streaming/base/shuffle/py1br.py``). Here blocks start at shard boundaries and default to
 ``2**18`` samples. litdata (0.2.76) resumes elastically too: it rebuilds the epoch's stream
-for the first run's ``initial_world_size``, ``initial_num_workers`` and batch size, drops
-the samples the world had read (``sample_in_epoch``, rounded down to whole global batches)
-and deals the rest to the new world (``_setup_elastic_resume`` in
-``litdata/streaming/dataset.py``). This file keeps no initial layout: its resume point
-keeps the history of layouts the epoch went through.
+as the first run laid it out (``initial_world_size``, ``initial_num_workers``,
+``initial_batch_size``), drops the samples the world had read (``sample_in_epoch``, rounded
+down to whole global batches of the new world) and deals the rest to the new world
+(``_setup_elastic_resume`` in ``litdata/streaming/dataset.py``). This file keeps no initial
+layout: its resume point keeps the history of the layouts the epoch went through.
 
 The module needs only torch and numpy: copy it into your project.
 """
@@ -521,11 +523,12 @@ class ShardedIterableDataset(IterableDataset):
         return recorded or LoaderShape(0, None, False, True)
 
     def _notice_a_repeated_epoch(self) -> None:
-        """Warn once (raise, ``strict=True``) when a pass starts over an epoch that a pass
-        already read to its end: the loop forgot ``set_epoch``, and the pass would repeat
-        the order and the augmentations."""
+        """Warn once (raise, ``strict=True``) when a pass starts over a shuffled epoch that a
+        pass already read to its end: the loop forgot ``set_epoch``, and the pass would
+        repeat the order and the augmentations. (Unshuffled, a second pass is usually an
+        evaluation, and a transform may well be deterministic: no word.)"""
         epoch = self.epoch
-        if int(self._shared[_READ_TO_END]) != epoch + 1 or not (self.shuffle or self.transform):
+        if int(self._shared[_READ_TO_END]) != epoch + 1 or not self.shuffle:
             return
         message = (f"epoch {epoch} starts again on this dataset with the order and the "
                    f"augmentations of the pass before: call ds.set_epoch(epoch) before each "
