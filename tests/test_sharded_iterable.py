@@ -1,5 +1,6 @@
-"""ShardedIterableDataset: exactly once, equal batches per rank, shuffle before shard, exact
-resume at every boundary, shards loaded once, an order in O(1) memory, refusals."""
+"""ShardedIterableDataset: exactly once, equal batches per rank whoever batches (the dataset
+or the DataLoader), shuffle before shard, exact resume at every boundary and onto a grown
+corpus, shards loaded once, an order in O(1) memory, refusals, a readable file."""
 
 import copy
 import re
