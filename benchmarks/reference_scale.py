@@ -10,8 +10,10 @@ memory rose over what the imports had taken. Two rows do that same work:
 - ``materialised permutation``: an epoch start that builds the order, ``torch.randperm(N)``
   of the whole epoch in every worker, then its rank's block and its worker's items.
 
-and a third shows the sharded path: ``from_shards`` over ``N // 10_000`` shards of 10,000
-samples (the shard order is built: O(shards)). The materialised row stops at 10**8: at
+a third shows the sharded path: ``from_shards`` over ``N // 10_000`` shards of 10,000
+samples (the shard order is built: O(shards)), and a fourth the dataset yielding samples
+for a DataLoader that batches them (``batch_size=None``): the first 256 samples one by one,
+collated as ``DataLoader(batch_size=256)`` would. The materialised row stops at 10**8: at
 10**9 it needs 8 GB for the order alone, more than a shared machine can give.
 
 Runs alternate between rows; the table gives the median and the spread (min-max) of each.
@@ -34,7 +36,8 @@ SIZES = (10**6, 10**7, 10**8, 10**9)
 MATERIALISED_UP_TO = 10**8
 BATCH, WORLD = 256, 8
 RESULTS = Path(__file__).parent / "results" / "reference_scale.md"
-ROWS = ("keyed permutation", "from_shards, 10,000 per shard", "materialised permutation")
+ROWS = ("keyed permutation", "from_shards, 10,000 per shard",
+        "samples as items, collated by 256", "materialised permutation")
 
 
 def peak_mb() -> float:
@@ -43,10 +46,12 @@ def peak_mb() -> float:
 
 def one_run(row: str, n: int) -> dict:
     """In this (fresh) process: seconds to the first batch and peak memory it added."""
+    import itertools
     import time
 
     import numpy as np
     import torch
+    from torch.utils.data import default_collate
 
     from talk_helpers.reference.sharded_iterable import ShardedIterableDataset
 
@@ -60,6 +65,10 @@ def one_run(row: str, n: int) -> dict:
         order = torch.randperm(n, generator=generator).numpy()
         per_rank = n // WORLD
         first = torch.from_numpy(order[:per_rank][:BATCH].copy())
+    elif row.startswith("samples as items"):
+        ds = ShardedIterableDataset(n, rank=0, world_size=WORLD)
+        ds.set_epoch(1)
+        first = default_collate(list(itertools.islice(iter(ds), BATCH)))
     else:
         if row == "keyed permutation":
             ds = ShardedIterableDataset(n, batch_size=BATCH, rank=0, world_size=WORLD)

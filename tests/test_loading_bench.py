@@ -265,7 +265,7 @@ def test_a_comparison_gives_a_verdict_only_beyond_the_spread():
 
 def test_the_reference_row_reads_the_memmap_not_a_copy(tokens_path):
     dataset = lb.make_loader("reference", tokens_path, batch_size=8).dataset
-    assert dataset.num_samples == N and dataset._sources[0] is None
+    assert dataset.num_samples == N and dataset._shards.sources[0] is None
     assert dataset.transform.path == str(tokens_path)
 
 

@@ -80,3 +80,17 @@ def test_a_checkpoint_saved_on_two_ranks_resumes_on_three_in_fresh_processes(pol
     fresh = make_final_dataset(sizes=UNEVEN, batch_size=4, seed=7, policy=policy, rank=0,
                                world_size=3)
     assert {r["next_epoch_batches"] for r in second} == {len(fresh)}
+
+
+def test_a_checkpoint_of_a_dataloader_that_batches_resumes_on_another_world_and_batch():
+    """Samples as items: 2 ranks whose DataLoaders batch 6 save after 2 steps; 3 ranks whose
+    DataLoaders batch 4 (the same global batch) resume, in fresh processes."""
+    kwargs = dict(sizes=UNEVEN, seed=3, epoch=0)
+    first = run_ranks(functools.partial(elastic_run, stop_after=2, loader_batch_size=6,
+                                        **kwargs), 2, **WORLD)
+    assert first[0]["checkpoint"]["history"][0]["loader_batch_size"] == 6
+    second = run_ranks(functools.partial(elastic_run, checkpoint=first[0]["checkpoint"],
+                                         loader_batch_size=4, **kwargs), 3, **WORLD)
+    assert len({len(r["ids"]) for r in second}) == 1, "the new ranks yield equal batches"
+    seen = Counter(i for r in first + second for batch in r["ids"] for i in batch)
+    assert max(seen.values()) == 1 and sum(UNEVEN) - len(seen) <= (2 - 1) + (3 - 1)

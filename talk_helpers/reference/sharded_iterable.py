@@ -9,28 +9,41 @@ The talk leaves it "as an exercise to the reader"; this is one solution::
         for batch in loader:
             ...
 
+The DataLoader may batch instead (``ShardedIterableDataset(10_000)`` and
+``DataLoader(ds, batch_size=32, num_workers=2)``): the same batches come out.
+
 How an epoch is laid out: every process computes it from ``(seed, epoch)``, nothing is sent.
 
 1. **Order.** A keyed bijection of the positions ``0..N-1`` (:class:`KeyedPermutation`, a
    Feistel network): any position's sample in O(1) time and memory, so ``N = 10**9`` starts
-   as fast as ``N = 1000``. With :meth:`from_shards` the shard order is shuffled, the shards
-   are grouped into blocks of about ``block_size`` samples and each block is shuffled alone
-   (a fixed-block shuffle, like mosaicml-streaming's ``py1br``).
+   as fast as ``N = 1000``. With :meth:`~ShardedIterableDataset.from_shards` the shard order
+   is shuffled, the shards are grouped into blocks of about ``block_size`` samples and each
+   block is shuffled alone (:class:`EpochOrder`).
 2. **Ranks.** Rank ``r`` takes the r-th of ``world_size`` equal, contiguous parts of that
-   order (policy ``"drop"`` leaves out its last ``N % world_size`` positions, ``"pad"``
-   repeats its first ones).
-3. **Workers.** The rank's part is cut into items (micro-batches of ``batch_size``, or
-   samples) and the items into ``num_workers`` contiguous runs whose lengths differ by at
-   most one. A DataLoader takes one item from each worker in turn, so the rank's k-th item
-   is item ``k // num_workers`` of worker ``k % num_workers``.
+   order (:func:`rank_share`: policy ``"drop"`` leaves out its last ``N % world_size``
+   positions, ``"pad"`` repeats its first ones).
+3. **Workers.** The rank's part is cut into the loader's batches (``batch_size`` samples
+   when the dataset batches, ``B`` items when ``DataLoader(batch_size=B)`` does) and the
+   batches into ``num_workers`` contiguous runs whose lengths differ by at most one, the
+   longer first (:func:`worker_runs`). A DataLoader takes one batch from each worker in
+   turn, so the rank's k-th batch is batch ``k // num_workers`` of worker
+   ``k % num_workers``. The dataset reads how the loader batches from the DataLoader that
+   iterates it (:class:`LoaderShape`).
+4. **Resume.** A resume point lists, for the epoch, how many batches every rank had taken
+   from which layout (world size, workers, loader batch). The positions nobody read are
+   computed from it (:func:`unread`) and dealt again, by steps 2 and 3, to the new world.
 
 What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and shard sizes:
 
 * each sample is read exactly once per epoch across all ranks and workers, except the
   ``dropped`` ones (policy ``"drop"``, fewer than ``world_size``) or plus the ``padded``
   repeats (policy ``"pad"``, fewer than ``world_size``); every rank yields ``len(ds)``
-  items, so DDP cannot hang on the data;
-* ``set_epoch`` reaches persistent workers too (shared memory);
+  items, so DDP cannot hang on the data. ``DataLoader(drop_last=True)`` leaves out each
+  rank's last partial batch as well (the dataset does not deal it);
+* ``set_epoch`` reaches persistent workers too (shared memory); a second pass over a
+  shuffled epoch that a pass already read to its end, with no ``set_epoch`` between them,
+  warns once (raises with ``strict=True``): it would repeat the order and the
+  augmentations;
 * a worker reads a contiguous run of blocks: each shard is loaded once per rank and epoch,
   except the shards of the blocks that a boundary between two workers cuts (at most
   ``num_workers - 1`` blocks per rank), which both workers load;
@@ -39,26 +52,55 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
   smaller than one block per worker (the default block holds ``2**18`` samples), the
   workers share the block: every micro-batch mixes all shards and each worker loads them;
 * ``transform(item, rng)`` gets a ``torch.Generator`` private to (rank, worker, epoch);
-* resume is exact at every boundary, mid-epoch or after the last batch:
+* resume is exact at every boundary, mid-epoch or after the last batch, with the dataset
+  batching or the DataLoader batching:
 
   - ``torchdata.stateful_dataloader.StatefulDataLoader``: save and load the loader's
-    ``state_dict()``; each worker's copy of the dataset stores its position (and rank).
-  - a plain ``DataLoader``: count the items your loop took this epoch and save
-    ``ds.checkpoint(batches_consumed)`` (it records the loader's workers too); on resume
-    build the dataset the same way and call ``ds.load_state_dict(saved)`` before
-    ``iter(loader)``. With the same ``num_workers`` the rest comes in the order it would
-    have come; with another, each item still once, dealt afresh.
+    ``state_dict()``; each worker's copy of the dataset stores its position (and rank). It
+    resumes the same rank, world size, ``num_workers`` and loader ``batch_size`` only.
+  - a plain ``DataLoader``: count the batches your loop took this epoch and save
+    ``ds.checkpoint(batches_consumed)`` (it records how the loader iterated: workers,
+    batch size, ``drop_last``); on resume build the dataset the same way and call
+    ``ds.load_state_dict(saved)`` before ``iter(loader)``. With the same loader the rest
+    comes in the order it would have come; with another, each sample still once, dealt
+    afresh.
   - a state saved after the last batch of epoch ``e``, loaded into a new loader, then
     ``set_epoch(e + 1)`` (before or after loading) reads epoch ``e + 1`` in full: a state
     applies to its own epoch only, and never changes the epoch you set.
   - elastic: when every rank took the same ``k`` batches, ``checkpoint(k)`` from any rank
     loads on any rank of a world of any size; the new world deals what nobody read yet.
+  - a corpus that grows: a checkpoint taken on ``n`` shards loads onto shards whose first
+    ``n`` keep their lengths; the resumed epoch reads what the saved epoch had not read,
+    and the new shards join from the next epoch.
+
+Where the rank comes from (:func:`resolve_rank_and_world`): the arguments, else the process
+group when initialised, else the launcher that started the process: torchrun (``RANK``,
+``WORLD_SIZE``), Open MPI (``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``), SLURM's srun
+(``SLURM_PROCID``, ``SLURM_NTASKS``), the innermost first (torchrun inside srun, mpirun
+inside a batch script), else a world of one. Sources that cannot all be right are an error
+that names them.
 
 What it refuses, with an error that says why: ``DataLoader(in_order=False)`` with several
 workers (the order would depend on timing, and ``checkpoint`` could not tell what was
-read); a state that stops inside another epoch than the one set; a shard whose
-``load`` returns another length than ``lengths`` declares; ``WORLD_SIZE > 1`` in the
-environment with no rank known.
+read); a DataLoader that batches when the dataset cannot see its ``batch_size``; a state
+that stops inside another epoch than the one set; a state from another configuration or
+another corpus (naming the shard); a ``StatefulDataLoader`` state loaded by another rank,
+world size, number of workers or batch size; a shard whose ``load`` returns another length
+than ``lengths`` declares.
+
+How others do it, from their installed sources. mosaicml-streaming's ``StreamingDataset``
+(0.13) orders samples by ``num_canonical_nodes`` (by default the first run's node count),
+so its order survives a change of world size, and a resume skips the ``sample_in_epoch``
+samples the world had read. Its default shuffle is ``py1e``; its fixed-block ``py1br``
+draws each block's size in (0.75, 1.25) × ``shuffle_block_size``, which defaults to
+``max(4_000_000 // num_canonical_nodes, 1 << 18)`` (``streaming/base/dataset.py``,
+``streaming/base/shuffle/py1br.py``). Here blocks start at shard boundaries and default to
+``2**18`` samples. litdata (0.2.76) resumes elastically too: it rebuilds the epoch's stream
+as the first run laid it out (``initial_world_size``, ``initial_num_workers``,
+``initial_batch_size``), drops the samples the world had read (``sample_in_epoch``, rounded
+down to whole global batches of the new world) and deals the rest to the new world
+(``_setup_elastic_resume`` in ``litdata/streaming/dataset.py``). This file keeps no initial
+layout: its resume point keeps the history of the layouts the epoch went through.
 
 The module needs only torch and numpy: copy it into your project.
 """
@@ -67,8 +109,9 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -76,10 +119,18 @@ from torch.utils.data import IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate
 
 POLICIES = ("drop", "pad")
-STATE_VERSION = 3
-# Samples shuffled together: the block size that mosaicml-streaming's py1br defaults to.
-DEFAULT_BLOCK_SIZE = 1 << 18
+STATE_VERSION = 4
+DEFAULT_BLOCK_SIZE = 1 << 18    # samples shuffled together (mosaicml-streaming's floor)
 FEISTEL_ROUNDS = 6
+# (launcher, its rank variable, its world size variable): the innermost launcher first.
+LAUNCHERS = (("torchrun", "RANK", "WORLD_SIZE"),
+             ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+             ("SLURM", "SLURM_PROCID", "SLURM_NTASKS"))
+# Slots of the shared-memory tensor that every copy of one dataset sees (workers included).
+_EPOCH, _EPOCH_SET, _WORKERS, _LOADER_BATCH, _DROP_LAST, _WRAPPED, _READ_TO_END, _WARNED = \
+    range(8)
+_SLOTS = 8
+_CHUNK = 4096   # sample ids computed at once, at most
 
 
 class ShardedIterableDataset(IterableDataset):
@@ -88,23 +139,35 @@ class ShardedIterableDataset(IterableDataset):
     ``source`` is an int ``N`` (the samples are the ids ``0..N-1``) or a sized, indexable
     sequence (a numpy array or tensor is indexed with whole batches at once). Use
     :meth:`from_shards` for a list of shards (files, index ranges) of uneven sizes.
+    ``batch_size``: the dataset yields micro-batches of that many samples (``None``:
+    samples, for a DataLoader that batches). ``strict=True`` raises where it would warn.
     """
 
     def __init__(self, source: int | Sequence, *, batch_size: int | None = None,
                  shuffle: bool = True, seed: int = 0, policy: str = "drop",
                  transform: Callable[[Any, torch.Generator], Any] | None = None,
                  rank: int | None = None, world_size: int | None = None,
-                 collate_fn: Callable[[list], Any] = default_collate) -> None:
-        if isinstance(source, (int, np.integer)) and not isinstance(source, bool):
-            if source < 0:
-                raise ValueError(f"source must be a size ≥ 0 or a sequence, got {source}")
-            sources, lengths = [None], [int(source)]
-        else:
-            sources, lengths = [source], [len(source)]
-        self._init(sources, np.array(lengths, dtype=np.int64), None, block_size=None,
-                   batch_size=batch_size, shuffle=shuffle, seed=seed, policy=policy,
-                   transform=transform, rank=rank, world_size=world_size,
-                   collate_fn=collate_fn)
+                 collate_fn: Callable[[list], Any] = default_collate,
+                 strict: bool = False) -> None:
+        _check_int("batch_size", batch_size, low=1, allow_none=True)
+        _check_int("seed", seed, low=0)
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        self.rank, self.world_size = resolve_rank_and_world(rank, world_size)
+        self.batch_size = None if batch_size is None else int(batch_size)
+        self.shuffle, self.seed, self.policy = bool(shuffle), int(seed), policy
+        self.transform, self.collate_fn, self.strict = transform, collate_fn, bool(strict)
+        self.block_size: int | None = None
+        self._shards = _Shards.of_source(source)
+        # Shared memory: set_epoch reaches persistent workers, and the workers tell the main
+        # process how the loader iterates them (for checkpoint) and what they read.
+        self._shared = torch.zeros(_SLOTS, dtype=torch.int64).share_memory_()
+        self._resume: dict | None = None     # a loaded resume point, for its epoch only
+        self._adopted_epoch = 0              # a worker's epoch from a state, when none is set
+        self._rotation = 0                   # the worker that reads run 0 (load_state_dict)
+        self._progress: dict | None = None   # where this process's iteration stands
+        self._loader: LoaderShape | None = None   # pickled in for a spawned worker
+        self._orders: dict = {}
 
     @classmethod
     def from_shards(cls, shards: Sequence, *, lengths: Sequence[int] | None = None,
@@ -124,33 +187,12 @@ class ShardedIterableDataset(IterableDataset):
         (a uniform shuffle of everything). The other arguments are the constructor's.
         """
         shards = list(shards)
-        if lengths is None:
-            lengths = [len(load(s)) if load is not None else len(s) for s in shards]
-        counts = np.asarray(lengths)
-        if counts.shape != (len(shards),):
-            raise ValueError(f"lengths must hold one int per shard ({len(shards)}), got "
-                             f"shape {counts.shape}")
-        if len(shards) and (counts.dtype == bool or not np.issubdtype(counts.dtype, np.integer)
-                            or counts.min() < 0):
-            bad = next(i for i, n in enumerate(lengths) if isinstance(n, bool) or not
-                       isinstance(n, (int, np.integer)) or n < 0)
-            raise ValueError(f"lengths[{bad}] must be an int ≥ 0 (shard {bad}'s samples), "
-                             f"got {lengths[bad]!r}")
-        if load is None:
-            for i, shard in enumerate(shards):
-                if hasattr(shard, "__len__") and len(shard) != counts[i]:
-                    raise ValueError(f"shard {i} ({_describe(shard)}) holds {len(shard)} "
-                                     f"samples but lengths[{i}] = {counts[i]}")
-        if block_size is not None and (isinstance(block_size, bool) or not isinstance(
-                block_size, (int, np.integer)) or block_size < 1):
-            raise ValueError("block_size must be None (one block) or an int ≥ 1 (samples "
-                             f"shuffled together), got {block_size!r}")
-        self = cls.__new__(cls)
-        self._init(shards, counts.astype(np.int64), load,
-                   block_size=None if block_size is None else int(block_size), **{
-                       "batch_size": None, "shuffle": True, "seed": 0, "policy": "drop",
-                       "transform": None, "rank": None, "world_size": None,
-                       "collate_fn": default_collate, **kwargs})
+        counts = _shard_lengths(shards, lengths, load)
+        _check_int("block_size", block_size, low=1, allow_none=True,
+                   meaning="None (one block) or an int ≥ 1 (samples shuffled together)")
+        self = cls(0, **kwargs)
+        self._shards = _Shards(shards, counts, load)
+        self.block_size = None if block_size is None else int(block_size)
         return self
 
     # -- what a training loop uses -------------------------------------------------
@@ -158,13 +200,12 @@ class ShardedIterableDataset(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch (its order); reaches already running persistent workers.
         A resume point loaded for another epoch is forgotten (see :meth:`load_state_dict`)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
-            raise ValueError(f"epoch must be an int ≥ 0, got {epoch!r}")
+        _check_int("epoch", epoch, low=0)
         epoch = int(epoch)
-        if self._pending is not None and self._pending["epoch"] != epoch:
-            self._pending = None
-        if self._segments is not None and self._segments["epoch"] != epoch:
-            self._segments = None
+        if self._resume is not None and self._resume["epoch"] != epoch:
+            self._resume = None
+        if epoch != self.epoch:
+            self._shared[_READ_TO_END] = 0
         self._shared[_EPOCH], self._shared[_EPOCH_SET] = epoch, 1
 
     @property
@@ -174,358 +215,389 @@ class ShardedIterableDataset(IterableDataset):
         return self._adopted_epoch
 
     def __len__(self) -> int:
-        """Items (batches, or samples without ``batch_size``) this rank yields per epoch."""
-        return _ceil_div(self.samples_per_rank, self._unit)
+        """Items (micro-batches, or samples without ``batch_size``) this rank yields per
+        epoch; a DataLoader that batches ``B`` of them yields ``ceil(len / B)`` batches."""
+        return _ceil_div(self.samples_per_rank, self._item_size)
 
     def __iter__(self):
         info = get_worker_info()
-        if info is None:
-            worker, num_workers = 0, 1
-        else:
-            if info.num_workers > 1 and (self._out_of_order or _loader_out_of_order(self)):
-                raise ValueError(
-                    "DataLoader(in_order=False) hands out batches in the order workers "
-                    "finish them: the order would depend on timing, and checkpoint() could "
-                    "not tell which batches were read. Use in_order=True (the default).")
-            worker, num_workers = info.id, info.num_workers
-        self._shared[_WORKERS] = num_workers
-        return self._iter_worker(worker, num_workers)
+        worker, num_workers = (0, 0) if info is None else (info.id, info.num_workers)
+        shape = self._loader_shape(sys._getframe(1), num_workers)
+        if worker == 0:
+            self._notice_a_repeated_epoch()
+        return self._worker_items(worker, shape)
 
     # -- what it promises, as numbers ----------------------------------------------
 
     @property
     def num_samples(self) -> int:
         """Samples in the source (all shards)."""
-        return self._n
+        return self._shards.total
 
     @property
     def samples_per_rank(self) -> int:
         """Samples every rank reads this epoch (the same on every rank; after a
         checkpoint resume, what is left of the epoch)."""
-        return _per_rank(self._sequence(self.epoch).length, self.world_size, self.policy)
+        return rank_share(self._remaining(self.epoch).length, self.world_size, self.policy)
 
     @property
     def dropped(self) -> int:
         """Samples of the epoch that no rank reads (policy 'drop'; < world_size)."""
-        return max(0, self._sequence(self.epoch).length - self.world_size * self.samples_per_rank)
+        return max(0, self._remaining(self.epoch).length - self.world_size * self.samples_per_rank)
 
     @property
     def padded(self) -> int:
         """Samples of the epoch read twice to even out the ranks (policy 'pad'; < world_size)."""
-        return max(0, self.world_size * self.samples_per_rank - self._sequence(self.epoch).length)
+        return max(0, self.world_size * self.samples_per_rank - self._remaining(self.epoch).length)
 
     def dropped_ids(self, epoch: int | None = None) -> np.ndarray:
         """The ids no rank reads in ``epoch`` (policy 'drop'): the end of its order."""
         epoch = self.epoch if epoch is None else epoch
-        seq = self._sequence(epoch)
-        kept = self.world_size * _per_rank(seq.length, self.world_size, self.policy)
-        return self._ids(epoch, seq.base(np.arange(min(kept, seq.length), seq.length)))
+        left = self._remaining(epoch)
+        kept = self.world_size * rank_share(left.length, self.world_size, self.policy)
+        return self._ids(epoch, left.at(np.arange(min(kept, left.length), left.length)))
 
     def padded_ids(self, epoch: int | None = None) -> np.ndarray:
         """The ids read twice in ``epoch`` (policy 'pad'): the start of its order."""
         epoch = self.epoch if epoch is None else epoch
-        seq = self._sequence(epoch)
-        extra = self.world_size * _per_rank(seq.length, self.world_size, self.policy) - seq.length
-        return self._ids(epoch, seq.base(np.arange(max(extra, 0)) % max(seq.length, 1)))
+        left = self._remaining(epoch)
+        extra = self.world_size * rank_share(left.length, self.world_size, self.policy) \
+            - left.length
+        return self._ids(epoch, left.at(np.arange(max(extra, 0)) % max(left.length, 1)))
 
     def epoch_order(self, epoch: int | None = None) -> np.ndarray:
         """The epoch's order of all sample ids, identical in every process (built in
         memory: for inspection; iterating never builds it)."""
         epoch = self.epoch if epoch is None else epoch
-        return self._ids(epoch, np.arange(self._n, dtype=np.int64))
+        return self._ids(epoch, np.arange(self._corpus(epoch).total, dtype=np.int64))
 
     # -- resume ----------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """Where this process's iteration stands (a worker's copy, or the main process)."""
-        progress = dict(self._progress or {"epoch": self.epoch, "worker_id": None,
-                                           "num_workers": None, "run": None, "yielded": 0,
-                                           "run_items": 0, "rank_items": 0})
-        rng = progress.pop("rng", None)  # the augmentation generator, saved mid-stream
-        return {"version": STATE_VERSION, "config": self._config(), "rank": self.rank,
-                "world_size": self.world_size, "history": self._history(progress["epoch"]),
+        """Where this process's iteration stands (a worker's copy, or the main process):
+        what a ``StatefulDataLoader`` saves for each worker."""
+        progress = dict(self._progress or _no_progress(self.epoch))
+        rng = progress.pop("rng", None)   # the augmentation generator, saved mid-stream
+        return {"version": STATE_VERSION, "config": self._config(progress["epoch"]),
+                "rank": self.rank, "world_size": self.world_size,
                 "finished": progress["yielded"] >= progress["run_items"],
                 "rng_state": None if rng is None else rng.get_state(), **progress}
 
-    def checkpoint(self, batches_consumed: int, num_workers: int | None = None) -> dict:
-        """A resume point for a plain DataLoader: this rank took ``batches_consumed`` items
-        from the loader in the current epoch. ``num_workers``: the loader's (default: the
-        number the last iteration over this dataset used). Pass it to
-        :meth:`load_state_dict` later, on any rank of a world of any size."""
-        if isinstance(batches_consumed, bool) or not isinstance(batches_consumed, (
-                int, np.integer)) or not 0 <= batches_consumed <= len(self):
-            raise ValueError(f"batches_consumed must be an int in 0..len(dataset) = "
-                             f"0..{len(self)}, got {batches_consumed!r}")
-        if num_workers is None:
-            num_workers = int(self._shared[_WORKERS])
-            if num_workers == 0 and batches_consumed > 0:
-                raise ValueError("checkpoint(batches_consumed, num_workers): this dataset was "
-                                 "never iterated, so pass the loader's num_workers")
-        elif isinstance(num_workers, bool) or not isinstance(num_workers, (
-                int, np.integer)) or num_workers < 0:
-            raise ValueError(f"num_workers must be None or an int ≥ 0, got {num_workers!r}")
-        num_workers = max(int(num_workers), 1)
-        history = self._history(self.epoch)
-        if self._in_place(self.epoch, num_workers):  # the loader read on from the last one
-            batches_consumed += history.pop()[2]
-        history.append([self.world_size, num_workers, int(batches_consumed)])
-        return {"version": STATE_VERSION, "config": self._config(), "epoch": self.epoch,
-                "history": history}
+    def checkpoint(self, batches_consumed: int, num_workers: int | None = None, *,
+                   loader: Any = None) -> dict:
+        """A resume point for a plain DataLoader: this rank took ``batches_consumed``
+        batches from the loader in the current epoch. How the loader iterated (workers,
+        batch size, ``drop_last``) is what the last iteration over this dataset saw;
+        ``loader=`` (the DataLoader) or ``num_workers=`` says it when it never iterated.
+        Pass the result to :meth:`load_state_dict` later, on any rank of a world of any
+        size."""
+        shape = self._checkpoint_loader(batches_consumed, num_workers, loader)
+        batching = self._batching(shape)
+        limit = batching.batches(self.samples_per_rank)
+        _check_int("batches_consumed", batches_consumed, low=0, high=limit,
+                   meaning=f"an int in 0..{limit} (the batches this loader yields this epoch)")
+        steps = self._steps(self.epoch)
+        if steps and _same_layout(steps[-1], self.world_size, batching):
+            batches_consumed += steps.pop()["batches"]   # the loader read on from there
+        steps.append(_step(self.world_size, batching, int(batches_consumed)))
+        return {"version": STATE_VERSION, "config": self._config(self.epoch),
+                "epoch": self.epoch, "history": steps}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`checkpoint` (any rank, any world size) or a worker's
-        :meth:`state_dict` (same rank and world size), made by a dataset built with the
-        same source, seed, policy, batch_size and block_size.
+        :meth:`state_dict` (same rank, world size, workers and loader batch size), made by
+        a dataset built with the same source (or more shards after it), seed, policy,
+        batch_size and block_size.
 
         A state applies to its own epoch and never moves the epoch you set. With another
         epoch set, a state saved after its epoch's last batch is ignored (the set epoch
         starts afresh), and one that stops inside its epoch is refused; ``set_epoch`` to
         another epoch after loading forgets the state. With no epoch set, the state's
         epoch becomes the dataset's."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise ValueError("state was not made by ShardedIterableDataset.state_dict() "
-                             f"or .checkpoint() (version {STATE_VERSION})")
-        mine, theirs = self._config(), state.get("config", {})
-        differ = [f"{k}: saved {theirs.get(k)!r}, now {v!r}" for k, v in mine.items()
-                  if theirs.get(k) != v]
-        if differ:
-            raise ValueError("state comes from a different configuration: " + "; ".join(differ))
-        worker_state = "worker_id" in state
-        if worker_state and (state.get("rank"), state.get("world_size")) != (
-                self.rank, self.world_size):
-            raise ValueError(
-                f"a StatefulDataLoader state resumes only the same rank of the same world: "
-                f"saved by rank {state.get('rank')} of {state.get('world_size')}, loaded by "
-                f"rank {self.rank} of {self.world_size}; to resume on another world size, "
-                f"save ds.checkpoint(batches_consumed) instead")
-        epoch = int(state["epoch"])
-        if int(self._shared[_EPOCH_SET]) and int(self._shared[_EPOCH]) != epoch:
-            finished = state["finished"] if worker_state else _checkpoint_finished(state, self)
-            if not finished:
-                raise ValueError(
-                    f"this state stops inside epoch {epoch}, but epoch {self.epoch} is set: "
-                    f"loading it would skip the rest of epoch {epoch} without a trace. Set "
-                    f"epoch {epoch} to finish it, or start epoch {self.epoch} without the state")
-            if worker_state and get_worker_info() is not None:
-                # A StatefulDataLoader goes on asking the worker after the one that gave the
-                # last batch: that worker reads the first run of the new epoch.
-                self._rotation = (state["rank_items"] + state["worker_id"] - state["run"]) % \
-                    state["num_workers"]
+        self._check_state(state)
+        epoch, is_worker_state = int(state["epoch"]), "worker_id" in state
+        if int(self._shared[_EPOCH_SET]) and self.epoch != epoch:
+            self._skip_finished_state(state)
             return
         if get_worker_info() is None:
             self._shared[_EPOCH], self._shared[_EPOCH_SET] = epoch, 1
-        else:  # a worker never moves the epoch that every process shares
+        else:   # a worker never moves the epoch that every process shares
             self._adopted_epoch = epoch
-        history = [list(map(int, h)) for h in state.get("history", [])]
-        self._segments = {"epoch": epoch, "history": history} if history else None
-        self._pending = None
-        if worker_state and state.get("worker_id") is not None:
-            self._pending = {k: state.get(k) for k in ("epoch", "worker_id", "num_workers",
-                                                       "run", "yielded", "rng_state")}
+        self._resume = {"epoch": epoch, "shards": len(state["config"]["lengths"]),
+                        "history": [dict(step) for step in state["history"]],
+                        "worker": dict(state) if is_worker_state else None}
+        self._shared[_READ_TO_END] = 0
 
-    # -- internals -------------------------------------------------------------------
+    # -- inside: the layout of one epoch ---------------------------------------------
 
-    def _init(self, sources, lengths, load, *, block_size, batch_size, shuffle, seed, policy,
-              transform, rank, world_size, collate_fn) -> None:
-        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
-                batch_size, (int, np.integer)) or batch_size < 1):
-            raise ValueError(f"batch_size must be None or an int ≥ 1, got {batch_size!r}")
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed must be an int ≥ 0, got {seed!r}")
-        self.rank, self.world_size = resolve_rank_and_world(rank, world_size)
-        self._sources, self._load = sources, load   # shard i is load(sources[i]), or sources[i]
-        self.block_size = block_size
-        self.batch_size = None if batch_size is None else int(batch_size)
-        self._unit = self.batch_size or 1
-        self.shuffle, self.seed, self.policy = bool(shuffle), int(seed), policy
-        self.transform, self.collate_fn = transform, collate_fn
-        self._lengths = lengths
-        self._offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        self._n = int(self._offsets[-1])
-        # Shared memory: persistent workers see set_epoch() made after they started, and
-        # the main process sees how many workers the last iteration had.
-        self._shared = torch.zeros(3, dtype=torch.int64).share_memory_()
-        self._adopted_epoch = 0      # a worker's epoch, from a loaded state, when none is set
-        self._progress: dict | None = None
-        self._pending: dict | None = None    # a worker's saved position, for its epoch
-        self._rotation = 0                   # the worker that reads run 0 (see load_state_dict)
-        self._segments: dict | None = None   # the epoch's checkpoint resumes, in order
-        self._orders: dict = {}              # epoch -> _EpochOrder (this process)
-        self._cache: dict = {}               # shard index -> loaded samples
-        self._block_of_shard = np.zeros(len(sources), dtype=np.int64)
-        self._out_of_order = False
+    @property
+    def _item_size(self) -> int:
+        return self.batch_size or 1
 
-    def _config(self) -> dict:
-        return {"lengths": self._lengths.tolist(), "seed": self.seed,
-                "shuffle": self.shuffle, "policy": self.policy,
-                "batch_size": self.batch_size, "block_size": self.block_size}
+    def _corpus(self, epoch: int) -> _Shards:
+        """The shards ``epoch`` reads: all of them, or for a resumed epoch the ones its
+        resume point was saved with (shards added since join from the next epoch)."""
+        if self._resume is not None and self._resume["epoch"] == epoch:
+            return self._shards.first(self._resume["shards"])
+        return self._shards
 
-    def _order(self, epoch: int) -> _EpochOrder:
-        if epoch not in self._orders:
+    def _order(self, epoch: int) -> EpochOrder:
+        shards = self._corpus(epoch)
+        key = (len(shards.lengths), epoch)
+        if key not in self._orders:
             if len(self._orders) > 2:
                 self._orders.clear()
-            self._orders[epoch] = _EpochOrder(self._lengths, self._offsets, self.block_size,
-                                              self.shuffle, self.seed, epoch)
-        return self._orders[epoch]
+            shuffle_key = (self.seed, epoch) if self.shuffle else None
+            self._orders[key] = EpochOrder(shards.lengths, self.block_size, shuffle_key)
+        return self._orders[key]
 
     def _ids(self, epoch: int, positions: np.ndarray) -> np.ndarray:
         return self._order(epoch).ids(np.asarray(positions, dtype=np.int64))[0]
 
-    def _history(self, epoch: int) -> list:
-        if self._segments is not None and self._segments["epoch"] == epoch:
-            return [list(h) for h in self._segments["history"]]
+    def _steps(self, epoch: int) -> list[dict]:
+        """The layouts the epoch went through before now, from a loaded resume point."""
+        if self._resume is not None and self._resume["epoch"] == epoch:
+            return [dict(step) for step in self._resume["history"]]
         return []
 
-    def _sequence(self, epoch: int, history: list | None = None) -> _Sequence:
-        """The positions the ranks split this epoch: all of them, or after checkpoint
-        resumes, the ones the old worlds had not read, in order."""
-        seq = _Sequence.whole(self._n)
-        for world, num_workers, consumed in self._history(epoch) if history is None else history:
-            seq = seq.unread(world, num_workers, consumed, self._unit, self.policy)
-        return seq
+    def _remaining(self, epoch: int, steps: list[dict] | None = None) -> Positions:
+        """The positions of the epoch's order that the ranks split: all of them, or what
+        the ``steps`` (default: the loaded resume point's) had not read, in order."""
+        steps = self._steps(epoch) if steps is None else steps
+        return remaining(self._corpus(epoch).total, steps, self._item_size, self.policy)
 
-    def _in_place(self, epoch: int, num_workers: int) -> bool:
-        """Whether the epoch's last checkpoint was saved by a loader like this one (same
-        world size, same workers): then each worker resumes its own run where the loader
-        stopped, and the rest comes in the order it would have come."""
-        history = self._history(epoch)
-        return bool(history) and history[-1][:2] == [self.world_size, max(num_workers, 1)]
+    def _batching(self, shape: LoaderShape) -> Batching:
+        return Batching(self._item_size, shape.batch_size or 1, shape.drop_last,
+                        max(shape.num_workers, 1))
 
-    def _resume_point(self, epoch: int, worker: int, num_workers: int):
-        """(run, items of it already read, saved augmentation generator state) from a
-        loaded worker state; None without one."""
-        pending = self._pending
-        if pending is None or pending["epoch"] != epoch:
-            return None
-        self._pending = None
-        if pending["num_workers"] != num_workers or pending["worker_id"] != worker:
-            raise ValueError(
-                f"state comes from a different configuration: saved by worker "
-                f"{pending['worker_id']} of {pending['num_workers']}, loaded by worker "
-                f"{worker} of {num_workers}")
-        return int(pending["run"]), int(pending["yielded"]), pending.get("rng_state")
+    # -- inside: one worker's items ----------------------------------------------------
 
-    def _iter_worker(self, worker: int, num_workers: int):
-        """The items worker ``worker`` of ``num_workers`` yields on this rank (a function of
-        the configuration, the epoch and a loaded resume point only)."""
+    def _worker_items(self, worker: int, shape: LoaderShape):
+        """The items worker ``worker`` yields on this rank this epoch: a function of the
+        configuration, the epoch, the loader's shape and a loaded resume point only."""
         epoch = self.epoch
-        history, run, start, rng_state = self._history(epoch), worker, 0, None
-        if self._in_place(epoch, num_workers):
-            # A new loader starts at worker 0: worker w reads the run that came next after
-            # `consumed` items, (w + consumed) % num_workers, from where that run stopped.
-            history, consumed = history[:-1], history[-1][2]
-            run = (worker + consumed) % num_workers
-            start = max(0, _ceil_div(consumed - run, num_workers))
-        saved = self._resume_point(epoch, worker, num_workers)
-        if saved is not None:
-            run, start, rng_state = saved
-        elif self._rotation:
-            run = (worker - self._rotation) % num_workers
-        self._rotation = 0
-        seq = self._sequence(epoch, history)
-        per = _per_rank(seq.length, self.world_size, self.policy)
-        rank_items = _ceil_div(per, self._unit)
-        counts, firsts = _worker_runs(rank_items, num_workers)
-        count = int(counts[run])
-        start = min(count, start)
+        run = self._worker_run(epoch, worker, shape)
         rng = None
         if self.transform is not None:
-            rng = torch.Generator().manual_seed(_mix_seed(self.seed, epoch, self.rank, run, 1))
-            if rng_state is not None:
-                rng.set_state(rng_state)
-        # Set now, not at the first next(): a state taken in between must describe this epoch.
-        self._progress = {"epoch": epoch, "worker_id": worker, "num_workers": num_workers,
-                          "run": run, "yielded": start, "run_items": count,
-                          "rank_items": rank_items, "rng": rng}
-        self._cache.clear()
-        self._block_of_shard = self._order(epoch).block_of_shard
-        return self._items(epoch, seq, per, int(firsts[run]), count, start, rng,
-                           self._progress)
+            rng = torch.Generator().manual_seed(_mix_seed(self.seed, epoch, self.rank,
+                                                          run.index, 1))
+            if run.rng_state is not None:
+                rng.set_state(run.rng_state)
+        # Set now, not at the first next(): a state taken in between describes this epoch.
+        self._progress = {"epoch": epoch, "history": run.history, "worker_id": worker,
+                          "num_workers": shape.num_workers, "run": run.index,
+                          "yielded": run.start, "run_items": run.count,
+                          "rank_batches": run.rank_batches,
+                          "loader_batch_size": shape.batch_size,
+                          "drop_last": shape.drop_last, "rng": rng}
+        return self._read_run(run, rng)
 
-    def _items(self, epoch, seq, per, first, count, skip, rng, progress):
-        unit, offset = self._unit, self.rank * per
-        order = self._order(epoch)
-        chunk = max(1, _CHUNK // unit)   # items whose ids are computed together
-        held = set()                     # the blocks whose loaded shards are kept
-        for head in range(first + skip, first + count, chunk):
-            tail = min(head + chunk, first + count)
-            local = np.arange(head * unit, min(tail * unit, per), dtype=np.int64)
-            ids, shards, blocks = order.ids(seq.base((offset + local) % seq.length))
-            for at in range(0, len(ids), unit):
-                cut = slice(at, at + unit)
-                needed = set(np.unique(blocks[cut]).tolist())
-                if self._load is not None and needed != held:
-                    self._evict(needed)
-                    held = needed
-                out = self._fetch(ids[cut], shards[cut]) if self.batch_size \
-                    else self._fetch_one(int(ids[at]), int(shards[at]))
-                if rng is not None:
-                    out = self.transform(out, rng)
-                progress["yielded"] += 1
-                yield out
+    def _worker_run(self, epoch: int, worker: int, shape: LoaderShape) -> _Run:
+        """Which run of the rank's batches ``worker`` reads, and from which item: run
+        ``worker`` from its start; after a checkpoint of this very layout, the run that came
+        next, where it stopped; after the worker's own saved state, where that stopped."""
+        batching = self._batching(shape)
+        saved = self._saved_worker_state(epoch, shape)
+        steps = saved["history"] if saved else self._steps(epoch)
+        last = steps[-1] if steps and not saved and \
+            _same_layout(steps[-1], self.world_size, batching) else None
+        steps = steps[:-1] if last else steps
+        left = self._remaining(epoch, steps)
+        layout = RankLayout.of(left.length, self.world_size, self.policy, batching)
+        if saved:
+            index, done = int(saved["run"]), int(saved["yielded"])
+        elif last:     # a new loader asks worker 0 first: it takes the run that came next
+            index = (worker + last["batches"]) % batching.workers
+            done = int(batches_taken(last["batches"], layout.counts)[index]) \
+                * batching.items_per_batch
+        else:
+            index, done = (worker - self._rotation) % batching.workers, 0
+        self._rotation = 0
+        first, stop = layout.run_places(self.rank, index)
+        count = _ceil_div(stop - first, self._item_size)
+        return _Run(epoch=epoch, history=steps, positions=left, index=index, first=first,
+                    stop=stop, start=min(done, count), count=count,
+                    rank_batches=layout.total_batches,
+                    rng_state=saved["rng_state"] if saved else None)
 
-    def _fetch(self, ids: np.ndarray, shards: np.ndarray):
-        if len(self._sources) == 1:  # a flat source: one vectorised read
-            if self._sources[0] is None:
-                return torch.from_numpy(ids.copy())
-            return self._take(0, ids)
-        local = ids - self._offsets[shards]
-        if (shards == shards[0]).all():
-            return self._take(int(shards[0]), local)
-        by_shard = np.argsort(shards, kind="stable")          # one read per shard
-        groups = np.split(by_shard, np.flatnonzero(np.diff(shards[by_shard])) + 1)
-        parts = [self._take(int(shards[g[0]]), local[g]) for g in groups]
-        if all(isinstance(p, torch.Tensor) for p in parts):
-            back = np.empty_like(by_shard)
-            back[by_shard] = np.arange(len(by_shard))
-            return torch.cat(parts)[torch.from_numpy(back)]
-        return self.collate_fn([self._shard_data(int(s))[int(i)]
-                                for s, i in zip(shards, local, strict=True)])
+    def _saved_worker_state(self, epoch: int, shape: LoaderShape) -> dict | None:
+        """The StatefulDataLoader state this worker loaded for ``epoch``, if any; refused
+        when the loader batches otherwise than the one that saved it."""
+        saved = self._resume["worker"] if self._resume and self._resume["epoch"] == epoch \
+            else None
+        if saved is None or saved["worker_id"] is None:
+            return None
+        if (saved["loader_batch_size"], saved["drop_last"]) != (shape.batch_size,
+                                                                shape.drop_last):
+            raise ValueError(
+                f"a StatefulDataLoader state resumes only a loader that batches the same "
+                f"way: saved with batch_size={saved['loader_batch_size']}, drop_last="
+                f"{saved['drop_last']}; loaded with batch_size={shape.batch_size}, "
+                f"drop_last={shape.drop_last}. Save ds.checkpoint(batches_consumed) to "
+                f"change it")
+        return saved
 
-    def _take(self, s: int, local: np.ndarray):
-        data = self._shard_data(s)
-        if isinstance(data, torch.Tensor):
-            return data[torch.from_numpy(local)]
-        if isinstance(data, np.ndarray):
-            return torch.from_numpy(np.ascontiguousarray(data[local]))
-        if isinstance(data, range):
-            return torch.from_numpy(data.start + local * data.step)
-        return self.collate_fn([data[int(i)] for i in local])
+    def _read_run(self, run: _Run, rng: torch.Generator | None):
+        """Yield the items of ``run``, computing their ids a chunk at a time; a worker
+        keeps the loaded shards of the blocks it is reading, and no others."""
+        order, size = self._order(run.epoch), self._item_size
+        chunk = max(1, _CHUNK // size)    # items whose ids are computed together
+        for head in range(run.start, run.count, chunk):
+            places = np.arange(run.first + head * size,
+                               min(run.first + (head + chunk) * size, run.stop))
+            ids, shards, blocks = order.ids(run.positions.at(places % run.positions.length))
+            for at in range(0, len(ids), size):
+                cut = slice(at, at + size)
+                if self._shards.load is not None:
+                    self._shards.keep_blocks(set(blocks[cut].tolist()), order.block_of_shard)
+                item = self._read_item(ids[cut], shards[cut])
+                self._progress["yielded"] += 1
+                yield item if rng is None else self.transform(item, rng)
+        if run.count > run.start:
+            self._shared[_READ_TO_END] = run.epoch + 1
 
-    def _fetch_one(self, gid: int, s: int):
-        data = self._shard_data(s)
-        return gid if data is None else data[gid - int(self._offsets[s])]
+    def _read_item(self, ids: np.ndarray, shards: np.ndarray):
+        if self.batch_size is None:
+            return self._shards.sample(int(ids[0]), int(shards[0]))
+        return self._shards.batch(ids, shards, self.collate_fn)
 
-    def _evict(self, blocks: set) -> None:
-        """Drop the loaded shards of blocks the worker has left: it holds about one block."""
-        for s in [s for s in self._cache if int(self._block_of_shard[s]) not in blocks]:
-            del self._cache[s]
+    # -- inside: the loader, and the checks on it --------------------------------------
 
-    def _shard_data(self, s: int):
-        """Shard ``s``'s samples; a loaded one is kept while the worker reads its block."""
-        if self._load is None:
-            return self._sources[s]
-        if s not in self._cache:
-            data, declared = self._load(self._sources[s]), int(self._lengths[s])
-            if len(data) != declared:
-                raise ValueError(
-                    f"shard {s} ({_describe(self._sources[s])}) holds {len(data)} samples but "
-                    f"lengths[{s}] = {declared}: "
-                    + ("its last samples would never be read" if len(data) > declared
-                       else "the missing samples cannot be read")
-                    + "; pass the true lengths (or none, to count them)")
-            self._cache[s] = data
-        return self._cache[s]
+    def _loader_shape(self, caller, num_workers: int) -> LoaderShape:
+        """How the DataLoader iterating this copy takes its items; refuses the shapes whose
+        order checkpoint() could not know, and records the shape for the main process."""
+        loader = _caller_with(caller, "dataset", "num_workers", "batch_size", "drop_last")
+        shape = LoaderShape.of(loader) if getattr(loader, "dataset", None) is self \
+            else self._loader
+        fetcher = caller.f_locals.get("self") if caller is not None else None
+        fetched = getattr(fetcher, "dataset", None) is self   # DataLoader's own fetcher
+        if shape is None and fetched and getattr(fetcher, "auto_collation", False):
+            raise ValueError(
+                "the DataLoader batches this dataset's items, but its batch_size cannot be "
+                "seen from here, so checkpoint() could not count what was read: build "
+                "ShardedIterableDataset(..., batch_size=B) and DataLoader(ds, batch_size=None)")
+        shape = (shape or LoaderShape(num_workers, None, False, True))._replace(
+            num_workers=num_workers)
+        if num_workers > 1 and not shape.in_order:
+            raise ValueError(
+                "DataLoader(in_order=False) hands out batches in the order workers "
+                "finish them: the order would depend on timing, and checkpoint() could "
+                "not tell which batches were read. Use in_order=True (the default).")
+        info = get_worker_info()
+        if info is not None:     # read through another dataset?
+            wrapped = info.dataset is not self
+        else:
+            wrapped = not fetched and _caller_with(caller, "_dataset", "_dataset_kind") is not None
+        self._record_loader(shape, wrapped)
+        return shape
+
+    def _record_loader(self, shape: LoaderShape, wrapped: bool = False) -> None:
+        self._shared[_WRAPPED] = int(wrapped)
+        self._shared[_WORKERS] = shape.num_workers + 1
+        self._shared[_LOADER_BATCH] = shape.batch_size or 0
+        self._shared[_DROP_LAST] = int(shape.drop_last)
+
+    def _recorded_loader(self) -> LoaderShape | None:
+        if not int(self._shared[_WORKERS]):
+            return None
+        return LoaderShape(int(self._shared[_WORKERS]) - 1,
+                           int(self._shared[_LOADER_BATCH]) or None,
+                           bool(self._shared[_DROP_LAST]), True)
+
+    def _checkpoint_loader(self, batches: int, num_workers: int | None,
+                           loader: Any) -> LoaderShape:
+        if loader is not None:
+            return LoaderShape.of(loader)
+        recorded = self._recorded_loader()
+        if num_workers is not None:
+            _check_int("num_workers", num_workers, low=0, allow_none=True)
+            plain = recorded or LoaderShape(0, None, False, True)
+            return plain._replace(num_workers=int(num_workers))
+        if recorded is None and batches:
+            raise ValueError("checkpoint(batches_consumed, loader=...): this dataset was "
+                             "never iterated, so pass the DataLoader (or num_workers=)")
+        if int(self._shared[_WRAPPED]):
+            raise ValueError("checkpoint(batches_consumed, loader=...): the DataLoader reads "
+                             "this dataset through another one, whose items it cannot count; "
+                             "pass loader= only if that dataset passes the items on one for one")
+        return recorded or LoaderShape(0, None, False, True)
+
+    def _notice_a_repeated_epoch(self) -> None:
+        """Warn once (raise, ``strict=True``) when a pass starts over a shuffled epoch that a
+        pass already read to its end: the loop forgot ``set_epoch``, and the pass would
+        repeat the order and the augmentations. (Unshuffled, a second pass is usually an
+        evaluation, and a transform may well be deterministic: no word.)"""
+        epoch = self.epoch
+        if int(self._shared[_READ_TO_END]) != epoch + 1 or not self.shuffle:
+            return
+        message = (f"epoch {epoch} starts again on this dataset with the order and the "
+                   f"augmentations of the pass before: call ds.set_epoch(epoch) before each "
+                   f"epoch's loop (as DistributedSampler.set_epoch needs), or build a new "
+                   f"dataset to read the same epoch twice on purpose")
+        if self.strict:
+            raise RuntimeError(message)
+        if not int(self._shared[_WARNED]):
+            self._shared[_WARNED] = 1
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    # -- inside: the checks on a state ---------------------------------------------------
+
+    def _config(self, epoch: int) -> dict:
+        return {"lengths": self._corpus(epoch).lengths.tolist(), "seed": self.seed,
+                "shuffle": self.shuffle, "policy": self.policy,
+                "batch_size": self.batch_size, "block_size": self.block_size}
+
+    def _check_state(self, state: Any) -> None:
+        """Refuse a state this dataset cannot resume, saying why."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError("state was not made by ShardedIterableDataset.state_dict() "
+                             f"or .checkpoint() (version {STATE_VERSION})")
+        saved, now = state["config"], self._config(-1)
+        differ = [f"{k}: saved {saved.get(k)!r}, now {v!r}" for k, v in now.items()
+                  if k != "lengths" and saved.get(k) != v]
+        if differ:
+            raise ValueError("state comes from a different configuration: " + "; ".join(differ))
+        self._shards.check_grown_from(saved["lengths"])
+        if "worker_id" in state:
+            _check_worker_state(state, self.rank, self.world_size)
+
+    def _skip_finished_state(self, state: dict) -> None:
+        """A state of another epoch than the one set: nothing to resume if it was saved
+        after its epoch's last batch; refused if it stops inside its epoch."""
+        epoch = int(state["epoch"])
+        if "worker_id" in state:
+            finished = state["finished"]
+        else:
+            *before, last = state["history"]
+            left = remaining(int(sum(state["config"]["lengths"])), before, self._item_size,
+                             self.policy)
+            layout = RankLayout.of(left.length, last["world_size"], self.policy,
+                                   Batching.of_step(last, self._item_size))
+            finished = last["batches"] >= layout.total_batches
+        if not finished:
+            raise ValueError(
+                f"this state stops inside epoch {epoch}, but epoch {self.epoch} is set: "
+                f"loading it would skip the rest of epoch {epoch} without a trace. Set "
+                f"epoch {epoch} to finish it, or start epoch {self.epoch} without the state")
+        if "worker_id" in state and get_worker_info() is not None:
+            # A StatefulDataLoader goes on asking the worker after the one that gave the
+            # last batch: that worker reads the first run of the new epoch.
+            self._rotation = (state["rank_batches"] + state["worker_id"] - state["run"]) \
+                % max(state["num_workers"], 1)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_cache"], state["_orders"] = {}, {}
-        # Pickled for a spawned or forkserver worker by DataLoader(in_order=False)?
-        state["_out_of_order"] = self._out_of_order or _loader_out_of_order(self)
+        state["_orders"] = {}
+        # Pickled for a spawned or forkserver worker? The worker cannot see the loader.
+        loader = _caller_with(sys._getframe(1), "dataset", "num_workers", "batch_size",
+                              "drop_last")
+        if getattr(loader, "dataset", None) is self:
+            state["_loader"] = LoaderShape.of(loader)
+            self._record_loader(state["_loader"])
         return state
 
+
+# -- 1. The order --------------------------------------------------------------------------
 
 class KeyedPermutation:
     """A bijection of ``0..n-1`` chosen by ``key`` (ints): a balanced Feistel network on
@@ -559,186 +631,483 @@ class KeyedPermutation:
         return (left << half) | right
 
 
-class _EpochOrder:
-    """One epoch's order: position -> (sample id, shard, block), computed on demand.
+class EpochOrder:
+    """One epoch's order over shards of ``lengths`` samples: position → (sample id, shard,
+    block), computed on demand.
 
-    The shards are put in a shuffled order and laid end to end; block ``b`` holds the
-    shards whose start falls in ``[b * block_size, (b + 1) * block_size)``; the positions of
-    each block are permuted by their own :class:`KeyedPermutation`.
+    The shards are laid end to end, in an order shuffled by ``key`` (``None``: storage
+    order, no shuffle); block ``b`` holds the shards whose start falls in
+    ``[b * block_size, (b + 1) * block_size)`` (``block_size=None``: one block; no shuffle:
+    one block per shard); the positions of each block are permuted by their own
+    :class:`KeyedPermutation`. Only per-shard tables are built: O(shards) memory.
     """
 
-    def __init__(self, lengths, offsets, block_size, shuffle, seed, epoch) -> None:
+    def __init__(self, lengths: np.ndarray, block_size: int | None,
+                 key: tuple[int, int] | None) -> None:
         count = len(lengths)
-        if shuffle and count > 1:
-            self.shard_order = KeyedPermutation(count, (seed, epoch, 0))(np.arange(count))
-        else:
-            self.shard_order = np.arange(count, dtype=np.int64)
-        self.starts = np.concatenate([[0], np.cumsum(lengths[self.shard_order])]).astype(
-            np.int64)
-        if not shuffle:            # storage order; each shard is a block of its own
+        self.key = key
+        self.offsets = _starts(lengths)              # each shard's first id (storage order)
+        self.shard_order = np.arange(count, dtype=np.int64)
+        if key is not None and count > 1:
+            self.shard_order = KeyedPermutation(count, (*key, 0))(self.shard_order)
+        self.starts = _starts(lengths[self.shard_order])   # each shard's first position
+        if key is None:              # storage order; each shard is a block of its own
             window = self.starts[:-1]
-        elif block_size is None:   # one block: a uniform shuffle
+        elif block_size is None:     # one block: a uniform shuffle
             window = np.zeros(count, dtype=np.int64)
         else:
             window = self.starts[:-1] // block_size
-        opens = np.r_[True, window[1:] != window[:-1]][:count]
+        opens = np.r_[True, window[1:] != window[:-1]][:count]   # a shard opens a block
         self.block_starts = np.r_[self.starts[:-1][opens], self.starts[-1]].astype(np.int64)
         self.block_of_shard = np.empty(count, dtype=np.int64)
         self.block_of_shard[self.shard_order] = np.cumsum(opens) - 1
-        self._offsets = offsets
-        self._shuffle, self._seed, self._epoch = shuffle, seed, epoch
         self._perms: dict = {}
 
-    def ids(self, positions: np.ndarray):
+    def ids(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(sample ids, their shards, their blocks) at ``positions`` of the order."""
         block = np.searchsorted(self.block_starts, positions, side="right") - 1
-        canonical = positions.copy()
-        if self._shuffle:
+        unshuffled = positions.copy()    # the position each one takes its sample from
+        if self.key is not None:
             for b in np.unique(block):
                 where = block == b
                 start = self.block_starts[b]
-                canonical[where] = start + self._perm(int(b))(positions[where] - start)
-        slot = np.searchsorted(self.starts, canonical, side="right") - 1
+                unshuffled[where] = start + self._perm(int(b))(positions[where] - start)
+        slot = np.searchsorted(self.starts, unshuffled, side="right") - 1
         shard = self.shard_order[slot]
-        return self._offsets[shard] + canonical - self.starts[slot], shard, block
+        return self.offsets[shard] + unshuffled - self.starts[slot], shard, block
 
     def _perm(self, b: int) -> KeyedPermutation:
         if b not in self._perms:
             if len(self._perms) > 4:
                 self._perms.clear()
             size = int(self.block_starts[b + 1] - self.block_starts[b])
-            self._perms[b] = KeyedPermutation(size, (self._seed, self._epoch, 1, b))
+            self._perms[b] = KeyedPermutation(size, (*self.key, 1, b))
         return self._perms[b]
 
 
-class _Sequence:
-    """Positions of an epoch's order read one after another: a list of intervals."""
+# -- 2. The ranks' parts -----------------------------------------------------------------
 
-    def __init__(self, starts: np.ndarray, lengths: np.ndarray) -> None:
-        keep = lengths > 0
-        self.starts, self.lengths = starts[keep], lengths[keep]
-        self.cum = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
-        self.length = int(self.cum[-1])
-
-    @classmethod
-    def whole(cls, n: int) -> _Sequence:
-        return cls(np.array([0], dtype=np.int64), np.array([n], dtype=np.int64))
-
-    def base(self, v: np.ndarray) -> np.ndarray:
-        """Positions of the order at places ``v`` (0 ≤ v < length) of this sequence."""
-        if len(self.starts) == 1:
-            return self.starts[0] + v
-        i = np.searchsorted(self.cum, v, side="right") - 1
-        return self.starts[i] + (v - self.cum[i])
-
-    def piece(self, a: int, b: int) -> list[tuple[int, int]]:
-        """Places ``a..b-1`` (wrapping past the end, as "pad" does) as order intervals."""
-        out = []
-        while a < b:
-            lo, top = a % self.length, min(b - a, self.length - a % self.length)
-            i = int(np.searchsorted(self.cum, lo, side="right") - 1)
-            while top > 0:
-                take = min(top, int(self.cum[i + 1]) - lo)
-                out.append((int(self.starts[i] + lo - self.cum[i]), take))
-                a, lo, top, i = a + take, lo + take, top - take, i + 1
-        return out
-
-    def unread(self, world: int, num_workers: int, consumed: int, unit: int,
-               policy: str) -> _Sequence:
-        """What a world of ``world`` ranks with ``num_workers`` workers each had not read
-        after every rank took ``consumed`` items: each worker's rest, in (rank, worker)
-        order, then the positions "drop" left out."""
-        per = _per_rank(self.length, world, policy)
-        counts, firsts = _worker_runs(_ceil_div(per, unit), num_workers)
-        pieces = []
-        for r in range(world):
-            for w in range(num_workers):
-                done = min(int(counts[w]), max(0, _ceil_div(consumed - w, num_workers)))
-                a = r * per + (int(firsts[w]) + done) * unit
-                b = r * per + min((int(firsts[w]) + int(counts[w])) * unit, per)
-                pieces += self.piece(a, b)
-        pieces += self.piece(world * per, self.length)
-        if not pieces:
-            return _Sequence(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-        starts, lengths = (np.array(x, dtype=np.int64) for x in zip(*pieces, strict=True))
-        return _Sequence(starts, lengths)
+def rank_share(samples: int, world_size: int, policy: str) -> int:
+    """Samples each rank reads of ``samples``: equal parts. "drop" leaves out the last
+    ``samples % world_size``, "pad" repeats the first ones to fill the last part."""
+    return samples // world_size if policy == "drop" else _ceil_div(samples, world_size)
 
 
 def resolve_rank_and_world(rank: int | None = None,
                            world_size: int | None = None) -> tuple[int, int]:
-    """(rank, world_size): explicit arguments, else torch.distributed when initialised,
-    else the RANK / WORLD_SIZE environment variables, else (0, 1). Raises when the
-    environment names a world of several ranks but not this process's rank."""
+    """(rank, world_size): the arguments when given; else the process group when it is
+    initialised; else the launcher's variables (see ``LAUNCHERS``); else (0, 1).
+
+    The process group must agree with the innermost launcher, and no outer launcher may
+    have started more processes than the world holds (``srun -n 4`` around four separate
+    worlds of one would read everything four times). A launcher that names a world but
+    not this process's rank is refused too: every rank would read as rank 0 of 1."""
     if (rank is None) != (world_size is None):
         raise ValueError("give both rank and world_size, or neither")
     if rank is None:
-        dist = torch.distributed
-        env_rank, env_world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-        if dist.is_available() and dist.is_initialized():
-            rank, world_size = dist.get_rank(), dist.get_world_size()
-        elif env_rank is not None and env_world is not None:
-            rank, world_size = int(env_rank), int(env_world)
-        elif env_world is not None and int(env_world) > 1 or env_rank not in (None, "0"):
-            raise ValueError(
-                f"the environment says WORLD_SIZE={env_world}, RANK={env_rank}, and "
-                f"torch.distributed is not initialised: this rank cannot be known, and every "
-                f"process would read as rank 0 of 1. Call init_process_group() before "
-                f"building the dataset, or pass rank= and world_size=")
-        else:
-            rank, world_size = 0, 1
-    for name, value in (("rank", rank), ("world_size", world_size)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"{name} must be an int, got {value!r}")
-    if world_size < 1:
-        raise ValueError(f"world_size must be ≥ 1, got {world_size}")
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in 0..world_size-1 = 0..{world_size - 1}, got {rank}")
+        rank, world_size = _rank_and_world_of_this_job()
+    _check_int("world_size", world_size, low=1)
+    _check_int("rank", rank, low=0, high=int(world_size) - 1,
+               meaning=f"an int in 0..world_size-1 = 0..{int(world_size) - 1}")
     return int(rank), int(world_size)
 
 
-_EPOCH, _EPOCH_SET, _WORKERS = 0, 1, 2   # slots of the shared-memory tensor
-_CHUNK = 4096                            # sample ids computed at once, at most
+def _rank_and_world_of_this_job() -> tuple[int, int]:
+    dist = torch.distributed
+    group = None
+    if dist.is_available() and dist.is_initialized():
+        group = ("the process group", dist.get_rank(), dist.get_world_size())
+    sources = _launchers_of_this_process(incomplete_ok=group is not None)
+    if group is not None:
+        if sources and sources[0][1:] != group[1:]:
+            raise _disagreement(group, sources[0], "the group was initialised with "
+                                "another world than the launcher's")
+        sources.insert(0, group)
+    if not sources:
+        return 0, 1
+    inner = sources[0]
+    for outer in sources[1:]:
+        if outer[2] > inner[2]:
+            raise _disagreement(inner, outer, f"the {outer[2]} processes started by the "
+                                f"outer one are not all in one world")
+    return inner[1], inner[2]
 
 
-def _per_rank(n: int, world: int, policy: str) -> int:
-    return n // world if policy == "drop" else _ceil_div(n, world)
+def _launchers_of_this_process(incomplete_ok: bool) -> list[tuple[str, int, int]]:
+    """(who, rank, world size) of each launcher whose variables are set, innermost first.
+    A SLURM batch script (no ``SLURM_STEP_ID``; rank 0) is one process, not a world. A
+    launcher that names a world but not the rank is refused, unless ``incomplete_ok``."""
+    found = []
+    for name, rank_var, world_var in LAUNCHERS:
+        rank, world = os.environ.get(rank_var), os.environ.get(world_var)
+        if name == "SLURM" and "SLURM_STEP_ID" not in os.environ and rank in (None, "0"):
+            continue
+        if rank is None and world is None:
+            continue
+        who = f"{name} ({rank_var}={rank}, {world_var}={world})"
+        if rank is None and world == "1" or world is None and rank == "0":
+            found.append((who, 0, 1))
+        elif rank is not None and world is not None:
+            found.append((who, _env_int(rank_var, rank), _env_int(world_var, world)))
+        elif not incomplete_ok:
+            raise ValueError(
+                f"the environment says {rank_var}={rank}, {world_var}={world}, and "
+                f"torch.distributed is not initialised: this rank cannot be known, and every "
+                f"process would read as rank 0 of 1. Call init_process_group() before "
+                f"building the dataset, or pass rank= and world_size=")
+    return found
 
 
-def _worker_runs(items: int, num_workers: int) -> tuple[np.ndarray, np.ndarray]:
-    """(items per worker, first item of each): contiguous runs, the first ones longer by
-    one, so that taking one item from each worker in turn reads items in a fixed order."""
+def _disagreement(a: tuple, b: tuple, why: str) -> ValueError:
+    return ValueError(f"{a[0]} says rank {a[1]} of {a[2]}, {b[0]} says rank {b[1]} of "
+                      f"{b[2]}: {why}. Pass rank= and world_size= to say which is right")
+
+
+# -- 3. The workers' runs ------------------------------------------------------------------
+
+class LoaderShape(NamedTuple):
+    """How a DataLoader takes a dataset's items: its workers, the items it batches
+    together (``None``: it passes each item on), whether it drops a partial last batch,
+    and whether it keeps the workers' turn (``in_order``)."""
+    num_workers: int
+    batch_size: int | None
+    drop_last: bool
+    in_order: bool
+
+    @classmethod
+    def of(cls, loader: Any) -> LoaderShape:
+        return cls(int(loader.num_workers), loader.batch_size, bool(loader.drop_last),
+                   bool(getattr(loader, "in_order", True)))
+
+
+class Batching(NamedTuple):
+    """How one rank's samples become the loader's batches, dealt to its workers."""
+    item_size: int          # samples per item the dataset yields (its batch_size, or 1)
+    items_per_batch: int    # items per loader batch (DataLoader's batch_size, or 1)
+    drop_last: bool         # the loader drops a partial last batch: it is not dealt
+    workers: int            # runs to deal (num_workers, or 1 in the main process)
+
+    @classmethod
+    def of_step(cls, step: dict, item_size: int) -> Batching:
+        return cls(item_size, step["loader_batch_size"] or 1, step["drop_last"],
+                   max(step["num_workers"], 1))
+
+    @property
+    def samples(self) -> int:
+        return self.item_size * self.items_per_batch
+
+    def batches(self, samples: int) -> int:
+        items = _ceil_div(samples, self.item_size)
+        whole, partial = divmod(items, self.items_per_batch)
+        return whole + (partial > 0 and not self.drop_last)
+
+
+class RankLayout(NamedTuple):
+    """A rank's share of the remaining positions, cut into batches and dealt to runs."""
+    per_rank: int           # samples each rank reads
+    total_batches: int      # batches each rank yields
+    counts: np.ndarray      # batches in each worker's run
+    firsts: np.ndarray      # the first batch of each run
+    batching: Batching
+
+    @classmethod
+    def of(cls, samples: int, world_size: int, policy: str, batching: Batching) -> RankLayout:
+        per = rank_share(samples, world_size, policy)
+        total = batching.batches(per)
+        return cls(per, total, *worker_runs(total, batching.workers), batching)
+
+    def run_places(self, rank: int, run: int) -> tuple[int, int]:
+        """The places of the remaining positions that ``run`` of ``rank`` reads."""
+        size, base = self.batching.samples, rank * self.per_rank
+        start = min(int(self.firsts[run]) * size, self.per_rank)
+        stop = min((int(self.firsts[run]) + int(self.counts[run])) * size, self.per_rank)
+        return base + start, base + stop
+
+
+def worker_runs(batches: int, num_workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """(batches per worker, first batch of each): contiguous runs, the first ones longer by
+    one, so that taking one batch from each worker in turn reads them in a fixed order."""
     num_workers = max(num_workers, 1)
-    counts = np.full(num_workers, items // num_workers, dtype=np.int64)
-    counts[:items % num_workers] += 1
+    counts = np.full(num_workers, batches // num_workers, dtype=np.int64)
+    counts[:batches % num_workers] += 1
     return counts, np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
 
 
-def _checkpoint_finished(state: dict, dataset: ShardedIterableDataset) -> bool:
-    """Whether a checkpoint() state was taken after its world's last item."""
-    history = state.get("history") or [[dataset.world_size, 1, 0]]
-    world, _, consumed = history[-1]
-    seq = _Sequence.whole(dataset._n)
-    for w, k, c in history[:-1]:
-        seq = seq.unread(w, k, c, dataset._unit, dataset.policy)
-    return consumed >= _ceil_div(_per_rank(seq.length, world, dataset.policy), dataset._unit)
+def batches_taken(consumed: int, counts: np.ndarray) -> np.ndarray:
+    """How many batches of each worker's run are among the first ``consumed`` that a
+    loader yields, taking one from each worker in turn (longer runs first)."""
+    workers = np.arange(len(counts))
+    return np.minimum(counts, np.maximum(0, -(-(consumed - workers) // len(counts))))
 
 
-def _loader_out_of_order(dataset) -> bool:
-    """Whether a DataLoader iterator with ``in_order=False`` is starting workers for
-    ``dataset``: found among the callers (the parent's frames survive in a forked
-    worker; a spawned one's dataset is pickled inside them). DataLoader passes a worker
-    nothing else that says so."""
-    frame = sys._getframe(1)
+def _caller_with(frame, *attributes: str) -> Any:
+    """The nearest caller's ``self`` (from ``frame`` up) that has ``attributes``: with a
+    DataLoader's, the loader that is iterating. In the main process and in a forked worker
+    (its stack is a copy of the parent's) its ``__iter__`` is there; a spawned or
+    forkserver worker gets the loader's shape with the pickled dataset (``__getstate__``
+    runs inside that ``__iter__``). DataLoader passes a worker nothing else that says how
+    it batches."""
     while frame is not None:
         owner = frame.f_locals.get("self")
         try:
-            if getattr(owner, "_in_order", True) is False and \
-                    getattr(owner, "_dataset", None) is dataset:
-                return True
-        except Exception:   # an object whose attributes cannot be read: not a loader
+            if owner is not None and all(hasattr(owner, a) for a in attributes):
+                return owner
+        except Exception:   # an object whose attributes cannot be read
             pass
         frame = frame.f_back
-    return False
+    return None
+
+
+# -- 4. The resume arithmetic --------------------------------------------------------------
+
+class Positions:
+    """Positions of an epoch's order still to be read, in reading order, as intervals
+    ``(start, length)``; "places" number them ``0..length-1``."""
+
+    def __init__(self, intervals: list[tuple[int, int]]) -> None:
+        kept = [(int(s), int(n)) for s, n in intervals if n > 0]
+        self.starts = np.array([s for s, _ in kept], dtype=np.int64)
+        self.places = _starts(np.array([n for _, n in kept], dtype=np.int64))
+        self.length = int(self.places[-1])
+
+    def at(self, places: np.ndarray) -> np.ndarray:
+        """The positions at ``places`` (each in ``0..length-1``)."""
+        i = np.searchsorted(self.places, places, side="right") - 1
+        return self.starts[i] + (places - self.places[i])
+
+    def intervals(self, a: int, b: int) -> list[tuple[int, int]]:
+        """Places ``a..b-1`` as order intervals; places past the end wrap around to the
+        start, as policy "pad" reads them."""
+        out = []
+        while a < b:
+            place = a % self.length
+            i = int(np.searchsorted(self.places, place, side="right")) - 1
+            take = min(b - a, int(self.places[i + 1]) - place)
+            out.append((int(self.starts[i]) + place - int(self.places[i]), take))
+            a += take
+        return out
+
+
+def remaining(samples: int, steps: list[dict], item_size: int, policy: str) -> Positions:
+    """The positions of an epoch of ``samples`` that the layouts ``steps`` left unread."""
+    positions = Positions([(0, samples)])
+    for step in steps:
+        positions = unread(positions, step, item_size, policy)
+    return positions
+
+
+def unread(positions: Positions, step: dict, item_size: int, policy: str) -> Positions:
+    """What a world had not read of ``positions`` after each rank took ``step["batches"]``
+    batches: each worker's rest of its run, rank by rank, then the part of each rank that
+    no worker was dealt (``drop_last``) and the positions "drop" left out."""
+    world = step["world_size"]
+    layout = RankLayout.of(positions.length, world, policy, Batching.of_step(step, item_size))
+    taken = batches_taken(step["batches"], layout.counts)
+    dealt = min(layout.total_batches * layout.batching.samples, layout.per_rank)
+    pieces = []
+    for rank in range(world):
+        for run, done in enumerate(taken):
+            start, stop = layout.run_places(rank, run)
+            read = min(start + int(done) * layout.batching.samples, stop)
+            pieces += positions.intervals(read, stop)
+        pieces += positions.intervals(rank * layout.per_rank + dealt,
+                                      (rank + 1) * layout.per_rank)
+    pieces += positions.intervals(world * layout.per_rank, positions.length)
+    return Positions(pieces)
+
+
+def _step(world_size: int, batching: Batching, batches: int) -> dict:
+    """One line of a resume point's history: the layout, and the batches each rank took."""
+    return {"world_size": world_size, "num_workers": batching.workers,
+            "loader_batch_size": None if batching.items_per_batch == 1 else
+            batching.items_per_batch, "drop_last": batching.drop_last, "batches": batches}
+
+
+def _same_layout(step: dict, world_size: int, batching: Batching) -> bool:
+    """Whether ``step`` was read by a loader laid out like ``batching``: then each worker
+    resumes its own run where the loader stopped, in the order it would have come."""
+    return step["world_size"] == world_size and \
+        Batching.of_step(step, batching.item_size) == batching
+
+
+class _Run(NamedTuple):
+    """One worker's part of a rank's epoch: items ``start..count-1`` of run ``index``,
+    which covers places ``first..stop-1`` of ``positions``."""
+    epoch: int
+    history: list           # the layouts before the one the run belongs to
+    positions: Positions
+    index: int
+    first: int
+    stop: int
+    start: int
+    count: int
+    rank_batches: int
+    rng_state: Any
+
+
+def _no_progress(epoch: int) -> dict:
+    return {"epoch": epoch, "history": [], "worker_id": None, "num_workers": None,
+            "run": None, "yielded": 0, "run_items": 0, "rank_batches": 0,
+            "loader_batch_size": None, "drop_last": False}
+
+
+def _check_worker_state(state: dict, rank: int, world_size: int) -> None:
+    """A StatefulDataLoader's state resumes one worker of one rank, read by a loader with
+    as many workers: anything else is refused here, before a batch is read."""
+    if state["worker_id"] is None:   # saved before any iteration: nothing to resume
+        return
+    info = get_worker_info()
+    now = {"rank": rank, "world_size": world_size,
+           "num_workers": 0 if info is None else info.num_workers,
+           "worker_id": 0 if info is None else info.id}
+    differ = [f"{k} {state.get(k)} then, {v} now" for k, v in now.items() if state.get(k) != v]
+    if differ:
+        raise ValueError(
+            "a StatefulDataLoader state resumes only the same rank of the same world, read "
+            "with the same num_workers: " + ", ".join(differ) + ". To resume on another "
+            "world size or number of workers, save ds.checkpoint(batches_consumed) instead")
+
+
+# -- reading the samples --------------------------------------------------------------------
+
+class _Shards:
+    """The samples: shard ``i`` holds ``lengths[i]`` samples, ``load(sources[i])`` (or
+    ``sources[i]`` itself; ``None``: its ids). A worker keeps the loaded shards of the
+    block it reads, and nothing else."""
+
+    def __init__(self, sources: list, lengths: np.ndarray, load: Callable | None,
+                 flat: bool = False) -> None:
+        self.sources, self.load, self.flat = sources, load, flat
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.offsets = _starts(self.lengths)
+        self.total = int(self.offsets[-1])
+        self.cache: dict = {}
+
+    @classmethod
+    def of_source(cls, source: Any) -> _Shards:
+        if isinstance(source, (int, np.integer)) and not isinstance(source, bool):
+            if source < 0:
+                raise ValueError(f"source must be a size ≥ 0 or a sequence, got {source}")
+            return cls([None], [int(source)], None, flat=True)
+        return cls([source], [len(source)], None, flat=True)
+
+    def first(self, count: int) -> _Shards:
+        return self if count == len(self.lengths) else \
+            _Shards(self.sources[:count], self.lengths[:count], self.load)
+
+    def name(self, i: int) -> str:
+        return "the source" if self.flat else f"shard {i} ({_describe(self.sources[i])})"
+
+    def check_grown_from(self, saved: list[int]) -> None:
+        """Refuse a state saved on other shards; shards added after them are fine."""
+        if len(saved) > len(self.lengths):
+            raise ValueError(f"state comes from a corpus of {len(saved)} shards, and this "
+                             f"one has {len(self.lengths)}: shards may be added after the "
+                             f"saved ones, never removed")
+        for i, then in enumerate(saved):
+            if int(self.lengths[i]) != then:
+                raise ValueError(
+                    f"state comes from a different corpus: {self.name(i)} held {then} "
+                    f"samples when the state was saved and holds {int(self.lengths[i])} now. "
+                    f"A state loads onto the same shards, or onto more shards after them")
+
+    def batch(self, ids: np.ndarray, shards: np.ndarray, collate_fn: Callable):
+        """The samples ``ids`` (of ``shards``) as one batch, read a shard at a time."""
+        if self.flat and self.sources[0] is None:   # the samples are their ids
+            return torch.from_numpy(ids.copy())
+        local = ids - self.offsets[shards]
+        if (shards == shards[0]).all():
+            return self._take(int(shards[0]), local, collate_fn)
+        by_shard = np.argsort(shards, kind="stable")
+        groups = np.split(by_shard, np.flatnonzero(np.diff(shards[by_shard])) + 1)
+        parts = [self._take(int(shards[g[0]]), local[g], collate_fn) for g in groups]
+        if all(isinstance(p, torch.Tensor) for p in parts):
+            back = np.empty_like(by_shard)
+            back[by_shard] = np.arange(len(by_shard))
+            return torch.cat(parts)[torch.from_numpy(back)]
+        return collate_fn([self.data(int(s))[int(i)] for s, i in zip(shards, local,
+                                                                     strict=True)])
+
+    def sample(self, gid: int, shard: int):
+        data = self.data(shard)
+        return gid if data is None else data[gid - int(self.offsets[shard])]
+
+    def _take(self, shard: int, local: np.ndarray, collate_fn: Callable):
+        data = self.data(shard)
+        if isinstance(data, torch.Tensor):
+            return data[torch.from_numpy(local)]
+        if isinstance(data, np.ndarray):
+            return torch.from_numpy(np.ascontiguousarray(data[local]))
+        if isinstance(data, range):
+            return torch.from_numpy(data.start + local * data.step)
+        return collate_fn([data[int(i)] for i in local])
+
+    def keep_blocks(self, needed: set, block_of_shard: np.ndarray) -> None:
+        """Drop the loaded shards of the blocks the worker has left."""
+        for s in [s for s in self.cache if int(block_of_shard[s]) not in needed]:
+            del self.cache[s]
+
+    def data(self, shard: int):
+        """Shard ``shard``'s samples; a loaded one is checked against its length."""
+        if self.load is None:
+            return self.sources[shard]
+        if shard not in self.cache:
+            data, declared = self.load(self.sources[shard]), int(self.lengths[shard])
+            if len(data) != declared:
+                raise ValueError(
+                    f"{self.name(shard)} holds {len(data)} samples but lengths[{shard}] = "
+                    f"{declared}: "
+                    + ("its last samples would never be read" if len(data) > declared
+                       else "the missing samples cannot be read")
+                    + "; pass the true lengths (or none, to count them)")
+            self.cache[shard] = data
+        return self.cache[shard]
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "cache": {}}
+
+
+def _shard_lengths(shards: list, lengths: Sequence[int] | None,
+                   load: Callable | None) -> np.ndarray:
+    """The shards' lengths, counted when not given, checked when they can be."""
+    if lengths is None:
+        lengths = [len(load(s)) if load is not None else len(s) for s in shards]
+    counts = np.asarray(lengths)
+    if counts.shape != (len(shards),):
+        raise ValueError(f"lengths must hold one int per shard ({len(shards)}), got "
+                         f"shape {counts.shape}")
+    for i, n in enumerate(lengths):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(f"lengths[{i}] must be an int ≥ 0 (shard {i}'s samples), "
+                             f"got {n!r}")
+    if load is None:
+        for i, shard in enumerate(shards):
+            if hasattr(shard, "__len__") and len(shard) != counts[i]:
+                raise ValueError(f"shard {i} ({_describe(shard)}) holds {len(shard)} "
+                                 f"samples but lengths[{i}] = {counts[i]}")
+    return counts.astype(np.int64)
+
+
+# -- small helpers --------------------------------------------------------------------------
+
+
+
+def _check_int(name: str, value: Any, *, low: int, high: int | None = None,
+               allow_none: bool = False, meaning: str | None = None) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low \
+            or high is not None and value > high:
+        meaning = meaning or ("None or " if allow_none else "") + f"an int ≥ {low}"
+        raise ValueError(f"{name} must be {meaning}, got {value!r}")
+
+
+def _env_int(name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"the environment variable {name} must be an int, got {value!r}") \
+            from None
 
 
 def _describe(source: Any) -> str:
@@ -746,6 +1115,11 @@ def _describe(source: Any) -> str:
     the end kept when long (a file name is at the end of its path)."""
     text = os.fspath(source) if isinstance(source, (str, os.PathLike)) else repr(source)
     return text if len(text) <= 80 else "..." + text[-77:]
+
+
+def _starts(lengths: np.ndarray) -> np.ndarray:
+    """Where each of consecutive pieces of ``lengths`` starts, and the end after them."""
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -761,6 +1135,5 @@ def _mix64(z: np.ndarray) -> np.ndarray:
 
 def _mix_seed(*values: int) -> int:
     """One 63-bit seed from several ints, so that nearby tuples give unrelated streams."""
-    return int(np.random.SeedSequence([int(v) for v in values]).generate_state(1,
-                                                                              np.uint64)[0]
-               >> np.uint64(1))
+    state = np.random.SeedSequence([int(v) for v in values]).generate_state(1, np.uint64)
+    return int(state[0] >> np.uint64(1))

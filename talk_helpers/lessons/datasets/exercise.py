@@ -188,12 +188,12 @@ def block_design(block_size: int | None, *, n_shards: int = 16, shard_size: int 
             for worker in range(num_workers):
                 mine = copy.deepcopy(ds)
                 counter = CountingLoad()
-                mine._load = counter   # counts this worker's loads
+                mine._shards.load = counter   # counts this worker's loads
                 stream = []
                 with as_worker(mine, worker, num_workers):
                     for batch in mine:
                         stream.append(batch.numpy())
-                        held = max(held, len(mine._cache))
+                        held = max(held, len(mine._shards.cache))
                 streams.append(stream)
                 rank_loads += counter.calls
             loads.append(rank_loads)
@@ -204,16 +204,19 @@ def block_design(block_size: int | None, *, n_shards: int = 16, shard_size: int 
 
 def elastic_run(rank: int, world_size: int, *, epoch: int, stop_after: int | None = None,
                 checkpoint: dict | None = None, num_workers: int = NUM_WORKERS,
-                **kwargs) -> dict:
+                loader_batch_size: int | None = None, **kwargs) -> dict:
     """One rank of a plain-DataLoader run: without ``checkpoint``, read ``stop_after``
     batches (every rank the same number, as DDP steps) and return their ids and
     ``ds.checkpoint(stop_after)``; with ``checkpoint`` (saved by any rank of a world of
-    any size), resume and read to the end of the epoch, then one batch of the next."""
+    any size), resume and read to the end of the epoch, then one batch of the next.
+    ``loader_batch_size``: the DataLoader batches (the dataset yields samples)."""
+    if loader_batch_size is not None:
+        kwargs["batch_size"] = None
     ds = make_final_dataset(**kwargs)   # rank and world size from the process group
     ds.set_epoch(epoch)
     if checkpoint is not None:
         ds.load_state_dict(checkpoint)
-    loader = DataLoader(ds, batch_size=None, num_workers=num_workers)
+    loader = DataLoader(ds, batch_size=loader_batch_size, num_workers=num_workers)
     batches = []
     for batch in loader:
         if stop_after is not None and len(batches) == stop_after:

@@ -1,0 +1,228 @@
+"""ShardedIterableDataset in every shape a DataLoader can take, with real workers: the
+DataLoader batching samples or passing micro-batches on, a collate_fn, drop_last, resumes at
+random points; what it refuses; a StatefulDataLoader of another shape; a forgotten
+set_epoch."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sharded_iterable_helpers import TIMEOUT, ids, refusal
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
+
+from talk_helpers.reference.sharded_iterable import ShardedIterableDataset
+
+
+def concat(items):
+    """A collate_fn: every id of the items (samples or micro-batches) in one flat tensor."""
+    return torch.tensor(ids(items if isinstance(items, list) else [items]), dtype=torch.int64)
+
+
+@st.composite
+def loader_cases(draw):
+    """A dataset (samples or micro-batches as items) and two DataLoader shapes over it."""
+    item = draw(st.sampled_from([None, None, 3]))
+
+    def shape():
+        batch = draw(st.sampled_from([None, 1, 4, 5]))
+        return {"num_workers": draw(st.integers(0, 3)), "batch_size": batch,
+                "drop_last": batch is not None and draw(st.booleans()),
+                "collate_fn": concat if item or draw(st.booleans()) else None}
+
+    return {"n": draw(st.integers(20, 160)), "item": item, "seed": draw(st.integers(0, 99)),
+            "rank": draw(st.integers(0, 2)), "world": 3, "epoch": draw(st.integers(0, 9)),
+            "shards": draw(st.booleans()), "first": shape(), "second": shape(),
+            "stop": draw(st.floats(0, 1))}
+
+
+def build(case):
+    kwargs = dict(batch_size=case["item"], seed=case["seed"], rank=case["rank"],
+                  world_size=case["world"])
+    if case["shards"]:
+        bounds = np.linspace(0, case["n"], 5).astype(int)
+        shards = [range(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        ds = ShardedIterableDataset.from_shards(shards, block_size=case["n"] // 3 + 1,
+                                                **kwargs)
+    else:
+        ds = ShardedIterableDataset(case["n"], **kwargs)
+    ds.set_epoch(case["epoch"])
+    return ds
+
+
+def make_loader(ds, shape):
+    return DataLoader(ds, **shape, timeout=TIMEOUT if shape["num_workers"] else 0,
+                      multiprocessing_context="fork" if shape["num_workers"] else None)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(loader_cases())
+def test_a_plain_dataloader_of_any_shape_resumes_at_any_batch_exactly(case):
+    first, second = case["first"], case["second"]
+    ds = build(case)
+    full = [ids([b]) for b in make_loader(ds, first)]
+    stop = int(case["stop"] * len(full))
+    saved = ds.checkpoint(stop)     # the loader's shape, as its workers recorded it
+    again = build(case)
+    again.load_state_dict(saved)
+    assert full[:stop] + [ids([b]) for b in make_loader(again, first)] == full
+
+    other = build(case)
+    other.load_state_dict(saved)
+    got = ids(full[:stop]) + ids([ids([b]) for b in make_loader(other, second)])
+    whole = ids(list(build(case)))   # the rank's share, one item at a time
+    assert len(got) == len(set(got)) and set(got) <= set(whole)
+    if not first["drop_last"] and not second["drop_last"]:
+        assert sorted(got) == sorted(whole)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_dataloader_batching_samples_resumes_exactly_under_every_start_method(start_method):
+    """The first loader most people write: samples as items, DataLoader(batch_size=8). A
+    spawned worker learns the loader's shape from the pickled dataset (forkserver pickles it
+    the same way); the loader that reads on is a forked one."""
+    def loader(ds, method):
+        return DataLoader(ds, batch_size=8, num_workers=2, timeout=TIMEOUT,
+                          multiprocessing_context=method)
+
+    full = [b.tolist() for b in loader(ShardedIterableDataset(200, seed=1), "fork")]
+    assert [len(b) for b in full] == [8] * 25, "whole batches: no partial batch per worker"
+    ds = ShardedIterableDataset(200, seed=1)
+    for step, batch in enumerate(loader(ds, start_method)):
+        assert batch.tolist() == full[step]
+        if step == 2:
+            break
+    saved = ds.checkpoint(3)    # the loader's shape, as its workers (or its pickling) said
+    assert saved["history"] == [{"world_size": 1, "num_workers": 2, "loader_batch_size": 8,
+                                 "drop_last": False, "batches": 3}]
+    fresh = ShardedIterableDataset(200, seed=1)
+    fresh.load_state_dict(saved)
+    assert full[:3] + [b.tolist() for b in loader(fresh, "fork")] == full
+
+
+def test_a_sampler_or_batch_sampler_never_reaches_the_dataset():
+    ds = ShardedIterableDataset(20)
+    with pytest.raises(ValueError, match="batch_sampler"):
+        DataLoader(ds, batch_sampler=BatchSampler(SequentialSampler(range(20)), 4, False))
+    with pytest.raises(ValueError, match="sampler"):
+        DataLoader(ds, sampler=SequentialSampler(range(20)))
+
+
+class _Fetcher:
+    """A fetcher that batches the dataset's items, with no DataLoader among its callers."""
+
+    def __init__(self, dataset):
+        self.dataset, self.auto_collation = dataset, True
+        self.dataset_iter = iter(dataset)
+
+
+def test_a_loader_that_batches_where_the_dataset_cannot_see_it_is_refused_saying_what_to_pass():
+    with pytest.raises(ValueError, match=r"ShardedIterableDataset\(\.\.\., batch_size=B\) "
+                                         r"and DataLoader\(ds, batch_size=None\)"):
+        _Fetcher(ShardedIterableDataset(20))
+
+
+class _Wrapper(IterableDataset):
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __iter__(self):
+        yield from self.inner
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_dataset_read_through_another_refuses_to_guess_its_checkpoint(num_workers):
+    ds = ShardedIterableDataset(40, seed=3)
+    loader = DataLoader(_Wrapper(ds), batch_size=4, num_workers=num_workers, timeout=TIMEOUT
+                        if num_workers else 0)
+    assert sorted(ids(loader)) == list(range(40))
+    with pytest.raises(ValueError, match="through another one"):
+        ds.checkpoint(2)
+    assert ds.checkpoint(2, loader=DataLoader(ds, num_workers=num_workers))["history"]
+
+
+# -- StatefulDataLoader ------------------------------------------------------------------
+
+def _stateful(num_workers, batch_size, **kwargs):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    ds = ShardedIterableDataset(90, seed=2, rank=1, world_size=2)
+    ds.set_epoch(1)
+    return StatefulDataLoader(ds, batch_size=batch_size, num_workers=num_workers,
+                              timeout=TIMEOUT if num_workers else 0, **kwargs)
+
+
+def _state_after(batches, num_workers, batch_size):
+    loader = _stateful(num_workers, batch_size)
+    it = iter(loader)
+    before = [next(it).tolist() for _ in range(batches)]
+    state = loader.state_dict()
+    del it
+    return before, state
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_stateful_dataloader_batching_samples_resumes_exactly(num_workers):
+    full = [b.tolist() for b in _stateful(num_workers, 4)]
+    before, state = _state_after(3, num_workers, 4)
+    resumed = _stateful(num_workers, 4)
+    resumed.load_state_dict(state)
+    assert before + [b.tolist() for b in resumed] == full
+
+
+@pytest.mark.parametrize("saved,loaded,words", [
+    ((2, 4), (3, 4), "num_workers 2 then, 3 now"),
+    ((2, 4), (1, 4), "num_workers 2 then, 1 now"),
+    ((2, 4), (2, 8), "saved with batch_size=4, drop_last=False; loaded with batch_size=8")])
+def test_a_stateful_state_into_another_loader_shape_is_refused_before_any_batch(saved, loaded,
+                                                                               words):
+    _, state = _state_after(2, *saved)
+    resumed = _stateful(*loaded)
+    resumed.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert words in refusal(lambda: iter(resumed))   # workers load states as they start
+
+
+
+# -- a forgotten set_epoch -----------------------------------------------------------------
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_second_pass_over_the_same_epoch_warns_once_naming_set_epoch(num_workers):
+    ds = ShardedIterableDataset(40, batch_size=4)
+    loader = DataLoader(ds, batch_size=None, num_workers=num_workers,
+                        timeout=TIMEOUT if num_workers else 0,
+                        multiprocessing_context="fork" if num_workers else None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        passes = [ids(loader) for _ in range(3)]
+    assert passes[0] == passes[1] == passes[2]
+    if num_workers == 0:   # a worker's warning goes to the worker's stderr
+        repeated = [w for w in caught if "set_epoch" in str(w.message)]
+        assert len(repeated) == 1 and "epoch 0 starts again" in str(repeated[0].message)
+    assert int(ds._shared[-1]) == 1, "warned, once, in whichever process read"
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_strict_refuses_a_second_pass_over_the_same_epoch(num_workers):
+    ds = ShardedIterableDataset(40, batch_size=4, strict=True)
+    loader = DataLoader(ds, batch_size=None, num_workers=num_workers,
+                        timeout=TIMEOUT if num_workers else 0,
+                        multiprocessing_context="fork" if num_workers else None)
+    ids(loader)
+    assert "call ds.set_epoch(epoch)" in refusal(lambda: ids(loader), RuntimeError)
+    ds.set_epoch(1)
+    assert len(ids(loader)) == 40
+
+
+def test_no_warning_when_each_epoch_is_set_a_pass_stops_early_or_nothing_is_shuffled():
+    ds = ShardedIterableDataset(40, batch_size=4, strict=True)
+    loader = DataLoader(ds, batch_size=None)
+    next(iter(loader))                 # a peek at the first batch
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        ids(loader)
+    fixed = ShardedIterableDataset(40, batch_size=4, shuffle=False, strict=True)
+    assert ids(DataLoader(fixed, batch_size=None)) == ids(DataLoader(fixed, batch_size=None))
