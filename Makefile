@@ -12,7 +12,8 @@ NBVAL  := $(BIN)/python -m pytest --nbval --nbval-current-env \
           --nbval-sanitize-with notebooks/sanitize.cfg --timeout=600 -p no:cacheprovider
 
 .PHONY: setup lab test lint unit notebooks notebooks-fork notebooks-forkserver notebooks-spawn \
-        browser chromium outputs imgs present talk dry-run slides bench bench-notebooks clean
+        browser chromium binder-check outputs imgs present talk dry-run slides bench \
+        bench-notebooks clean
 
 # jupyterlab/overrides.json: JupyterLab's defaults for this lab (no news pop-up over a slide).
 # Installs only when the pins change: a second `make test` goes straight to the tests.
@@ -63,6 +64,12 @@ chromium:
 
 browser: $(STAMP) chromium
 	$(BIN)/python -m pytest tests/browser
+
+# Every notebook top to bottom as a Binder visitor's pod runs it (not root, 2 GiB, a 64 MiB
+# /dev/shm, one CPU, its own /tmp; built with a cgroup and a mount namespace as root):
+# each one's time and peak memory -> benchmarks/results/binder_check.md. Not part of `test`.
+binder-check: $(STAMP)
+	$(BIN)/python -m benchmarks.binder_check $(NB)
 
 # Re-executes notebooks top to bottom and stores the outputs (NB=notebooks/02_….ipynb for one).
 outputs: $(STAMP)
