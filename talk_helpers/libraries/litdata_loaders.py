@@ -42,7 +42,8 @@ def litdata_dir(n: int = N_SAMPLES, chunk_size: int = 8) -> str:
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), \
             contextlib.redirect_stderr(sink), mock.patch.dict(os.environ, scratch):
         litdata.optimize(fn=_litdata_item, inputs=list(range(n)), output_dir=out,
-                         chunk_size=chunk_size, num_workers=1)
+                         chunk_size=chunk_size, num_workers=1,
+                         verbose=False)  # its progress bar is a widget in a notebook
     try:
         os.rename(out, folder)
     except OSError:          # another rank got there first; its folder is the same
