@@ -403,7 +403,7 @@ def test_the_workers_of_a_rank_started_from_a_script_get_that_script(tmp_path,
     main.__file__ = str(script)
     monkeypatch.setitem(sys.modules, "__main__", main)
     _, name, file = d.run_ranks(walked_in_a_spawned_worker, 1, start_method="spawn",
-                                reuse=False)[0]
+                                reuse=False, timeout_s=time_limit_s(60, interpreters=2))[0]
     assert (name, file) == ("__mp_main__", str(script))
 
 
@@ -418,7 +418,8 @@ def test_a_spawned_rank_that_cannot_import_fn_says_so_instead_of_dying(reuse, mo
     module = types.ModuleType("only_in_the_parent")
     exec("def fn(rank, world_size):\n    return rank\n", module.__dict__)
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    report = d.run_world(module.fn, 1, start_method="spawn", reuse=reuse, timeout_s=60.0)
+    report = d.run_world(module.fn, 1, start_method="spawn", reuse=reuse,
+                         timeout_s=time_limit_s(30, interpreters=1))
     assert report.ranks[0].status == "error"
     assert report.ranks[0].error == "ModuleNotFoundError: No module named 'only_in_the_parent'"
     assert report.ranks[0].last_progress == "(set-up: importing)"
