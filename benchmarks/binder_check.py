@@ -58,6 +58,7 @@ class Pod:
     user: pwd.struct_passwd | None = None
     cgroup: Cgroup | None = None
     namespace: bool = False
+    own_tmp_mount: bool = False  # /tmp replaced in the namespace (not when the checkout is in it)
     missing: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -68,10 +69,9 @@ class Pod:
             applied.append(f"{MEMORY_BYTES // MiB} MiB memory without swap and {CPUS} CPU "
                            f"(cgroup {self.cgroup.version})")
         if self.namespace:
-            applied.append(f"a {SHM_BYTES // MiB} MiB /dev/shm and a /tmp of its own "
-                           "(mount namespace)")
-        else:
-            applied.append("a temporary folder of its own (TMPDIR)")
+            applied.append(f"a {SHM_BYTES // MiB} MiB /dev/shm (mount namespace)")
+        applied.append("a /tmp of its own (mount namespace)" if self.own_tmp_mount
+                       else "a temporary folder of its own (TMPDIR)")
         text = "applied: " + "; ".join(applied)
         if self.missing:
             text += ". NOT applied: " + "; ".join(self.missing)
@@ -193,6 +193,12 @@ def prepare_pod(visitor: str = VISITOR) -> Pod:
         pod.namespace = done.returncode == 0
         if not pod.namespace:
             pod.missing.append(f"a 64 MiB /dev/shm (mount namespace: {done.stderr.strip()})")
+    inside_tmp = [p for p in (ROOT, Path(sys.prefix).resolve())
+                  if p.is_relative_to("/tmp")]
+    pod.own_tmp_mount = pod.namespace and not inside_tmp
+    if pod.namespace and inside_tmp:
+        pod.missing.append(f"a /tmp of its own ({inside_tmp[0]} is in /tmp, which the pod "
+                           "would hide: TMPDIR names a folder of the visitor's own instead)")
     return pod
 
 
@@ -247,7 +253,7 @@ def _run_in(path: Path, pod: Pod, work: Path) -> Run:
             os.chown(folder, pod.user.pw_uid, pod.user.pw_gid)
         os.chmod(work, 0o700)
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(home),
-           "LANG": "C.UTF-8", "TMPDIR": "/tmp" if pod.namespace else str(tmp),
+           "LANG": "C.UTF-8", "TMPDIR": "/tmp" if pod.own_tmp_mount else str(tmp),
            "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": str(ROOT)}  # benchmarks/ is not part of the installed package
     inner = [sys.executable, "-m", "benchmarks.binder_check", "--execute",
@@ -259,7 +265,8 @@ def _run_in(path: Path, pod: Pod, work: Path) -> Run:
     if pod.namespace:
         script = " && ".join([
             f"mount -t tmpfs -o size={SHM_BYTES},mode=1777 tmpfs /dev/shm",
-            f"mount --bind {tmp} /tmp", *_expose(work / "stash"), 'exec "$@"'])
+            *_expose(work / "stash"),
+            *([f"mount --bind {tmp} /tmp"] if pod.own_tmp_mount else []), 'exec "$@"'])
         command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
                    "pod", *inner]
     cgroup = None
