@@ -327,13 +327,3 @@ def test_a_rank_whose_fn_returns_at_once_never_cuts_off_a_peer_still_joining():
                for _ in range(30)]
     d.shutdown_warm_worlds()
     assert [r for r in reports if not r.ok] == []
-
-
-def test_the_grace_for_peers_of_a_failed_rank_grows_with_the_run_queue(monkeypatch):
-    from talk_helpers.runtime import supervise
-
-    monkeypatch.setattr(supervise.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(supervise.os, "getloadavg", lambda: (1.0, 1.0, 1.0))
-    assert supervise.error_grace_s() == supervise.ERROR_GRACE_S  # quiet: as measured
-    monkeypatch.setattr(supervise.os, "getloadavg", lambda: (28.0, 20.0, 10.0))
-    assert supervise.error_grace_s() == 14 * supervise.ERROR_GRACE_S

@@ -22,17 +22,6 @@ from talk_helpers.runtime.report import RankOutcome, WorldReport, mask_volatile
 ERROR_GRACE_S = 0.25
 
 
-def error_grace_s() -> float:
-    """:data:`ERROR_GRACE_S` on a quiet machine. On a busy one a rank whose peer failed waits
-    its turn for a core before it can report, longer the more processes want one: the
-    grace grows with the run queue per core (the load average over the cores)."""
-    try:
-        per_core = os.getloadavg()[0] / (os.cpu_count() or 1)
-    except (AttributeError, OSError):  # no load average (Windows)
-        return ERROR_GRACE_S
-    return ERROR_GRACE_S * max(1.0, per_core)
-
-
 SILENT_DEATH_GRACE_S = 1.0  # a dead rank's last message may still be in the pipe
 
 
@@ -110,7 +99,6 @@ def supervise(procs, handles, result_queue, watch: Watch, deadline: float,
     world_size = len(procs)
     known: dict[int, psutil.Process] = {}  # descendants seen so far, by pid
     first_error_at = None
-    grace_s = error_grace_s()
     dead_since: dict[int, float] = {}
     next_scan = 0.0
     outcomes = watch.outcomes
@@ -136,7 +124,7 @@ def supervise(procs, handles, result_queue, watch: Watch, deadline: float,
             first_error_at = now
         if len(outcomes) == world_size:
             break
-        if first_error_at is not None and now >= first_error_at + grace_s:
+        if first_error_at is not None and now >= first_error_at + ERROR_GRACE_S:
             watch.stopped_by = "error"
             break
         if now >= deadline:
