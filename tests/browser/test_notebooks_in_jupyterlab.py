@@ -96,7 +96,17 @@ def _clear_outputs(page) -> None:
 def _run_all(page) -> None:
     """Clear the stored outputs, then run every cell in the fresh kernel."""
     _clear_outputs(page)
-    _menu(page, "Run", "runmenu:run-all")
+    for attempt in range(4):  # a press before the kernel is connected is lost: again
+        _menu(page, "Run", "runmenu:run-all")
+        try:
+            page.wait_for_function(
+                "() => /\\[(\\*|\\d+)\\]/.test(document.querySelector("
+                "'.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')?.textContent ?? '')",
+                timeout=20_000, polling=100)
+            break
+        except PlaywrightTimeout:
+            if attempt == 3:
+                raise
     # Every code cell shows an execution count and the kernel is idle again.
     page.wait_for_function(
         """() => {
