@@ -8,11 +8,16 @@ PORT   ?= 8888
 # JupyterLab refuses to run as root (containers, CI) without saying so explicitly.
 LAB_FLAGS := --ServerApp.ip=$(HOST) --ServerApp.port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root,)
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb)) notebooks/talk.ipynb
+# Notebooks two at a time (each in its own kernel, its cells in order): many cells wait.
 NBVAL  := $(BIN)/python -m pytest --nbval --nbval-current-env \
-          --nbval-sanitize-with notebooks/sanitize.cfg --timeout=600 -p no:cacheprovider
+          --nbval-sanitize-with notebooks/sanitize.cfg --timeout=600 -p no:cacheprovider \
+          -n 2 --dist loadfile
+# Unit tests three at a time: most of them wait for a timeout, a deadline or a process.
+UNIT_WORKERS ?= 3
 
 .PHONY: setup lab test lint unit notebooks notebooks-fork notebooks-forkserver notebooks-spawn \
-        browser chromium outputs imgs present talk dry-run slides bench bench-notebooks clean
+        browser chromium binder-check outputs imgs present talk dry-run slides bench \
+        bench-notebooks clean
 
 # jupyterlab/overrides.json: JupyterLab's defaults for this lab (no news pop-up over a slide).
 # Installs only when the pins change: a second `make test` goes straight to the tests.
@@ -34,13 +39,15 @@ setup: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab $(LAB_FLAGS) notebooks/00_index.ipynb
 
-test: lint unit notebooks browser
+# Every stage, in two lanes side by side (tests/stages.py), then each stage's time.
+test:
+	$(PYTHON) tests/stages.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests --ignore=tests/browser
+	$(BIN)/python -m pytest tests --ignore=tests/browser -n $(UNIT_WORKERS) --dist loadfile
 
 # The same stored outputs must come out under every start method a learner may have:
 # fork (Linux), forkserver (Linux default from Python 3.14), spawn (macOS, Windows).
@@ -63,6 +70,12 @@ chromium:
 
 browser: $(STAMP) chromium
 	$(BIN)/python -m pytest tests/browser
+
+# Every notebook top to bottom as a Binder visitor's pod runs it (not root, 2 GiB, a 64 MiB
+# /dev/shm, one CPU, its own /tmp; built with a cgroup and a mount namespace as root):
+# each one's time and peak memory -> benchmarks/results/binder_check.md. Not part of `test`.
+binder-check: $(STAMP)
+	$(BIN)/python -m benchmarks.binder_check $(NB)
 
 # Re-executes notebooks top to bottom and stores the outputs (NB=notebooks/02_….ipynb for one).
 outputs: $(STAMP)

@@ -6,25 +6,27 @@ Both are context managers a caller asks for; importing this module changes nothi
 import contextlib
 import os
 import sys
-import tempfile
 
-# Hugging Face reads these when ``datasets`` (or ``huggingface_hub``) is first imported.
+from talk_helpers.private_dirs import private_dir
+
+# Hugging Face reads these when ``datasets`` (or ``huggingface_hub``) is first imported;
+# its cache goes in this user's own folder (``private_dir("hf_cache")``).
 HUB_OFFLINE = {
     "HF_DATASETS_OFFLINE": "1",
     "HF_HUB_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
-    "HF_DATASETS_CACHE": os.path.join(tempfile.gettempdir(), "talk_helpers_hf_cache"),
 }
 
 
 @contextlib.contextmanager
 def hub_offline():
-    """Run the block with Hugging Face offline and its cache in a temporary folder; the
+    """Run the block with Hugging Face offline and its cache in this user's own folder; the
     variables a caller already set are kept, and the environment is restored after.
 
     Import ``datasets`` inside the block the first time: it reads them at import."""
-    saved = {name: os.environ.get(name) for name in HUB_OFFLINE}
-    for name, value in HUB_OFFLINE.items():
+    settings = {**HUB_OFFLINE, "HF_DATASETS_CACHE": private_dir("hf_cache")}
+    saved = {name: os.environ.get(name) for name in settings}
+    for name, value in settings.items():
         os.environ.setdefault(name, value)
     try:
         yield

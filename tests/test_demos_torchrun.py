@@ -70,9 +70,12 @@ def test_hang_fixed_finishes():
 @pytest.mark.distributed
 def test_the_same_loops_run_in_a_world_from_run_world():
     broken = run_world(hang.train_epoch, 2, start_method="fork", collective_timeout_s=3)
-    assert [r.status for r in broken.ranks] == ["error", "error"]
-    assert all(r.error.startswith("CollectiveFailed: ") for r in broken.ranks)
-    assert all("Timed out" in r.error for r in broken.ranks)
+    # Each rank times out in its own collective; the one that reports second may be
+    # stopped first (0.25 s after the first error) when a busy machine keeps it from a core.
+    failed = [r for r in broken.ranks if r.status == "error"]
+    assert failed and all(r.status in ("error", "stopped") for r in broken.ranks)
+    assert all(r.error.startswith("CollectiveFailed: ") for r in failed)
+    assert all("Timed out" in r.error for r in failed)
 
     flag = run_ranks(hang_fixed.train_epoch, 2, start_method="fork")
     assert [r["steps"] for r in flag] == [3, 3]

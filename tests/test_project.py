@@ -168,3 +168,28 @@ def test_every_requirement_is_met_except_the_named_audit_gaps():
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout
     assert "known: litdata requires torchvision" in done.stdout
+
+
+def _code_files() -> dict[str, str]:
+    """Every piece of code the project ships or runs: the package, scripts, benchmarks and
+    the notebooks' code cells, by name."""
+    found = {str(p.relative_to(ROOT)): p.read_text()
+             for pattern in ("talk_helpers/**/*.py", "scripts/*.py", "benchmarks/*.py")
+             for p in ROOT.glob(pattern)}
+    for path in NOTEBOOKS:
+        cells = json.loads(path.read_text())["cells"]
+        found[str(path.relative_to(ROOT))] = "\n".join(
+            "".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    return found
+
+
+def test_only_private_dirs_names_a_place_in_the_shared_temporary_folder():
+    """A fixed name in the temporary folder belongs to whichever user makes it first: files
+    go under talk_helpers.private_dirs (or mkdtemp's random, private folders) instead."""
+    allowed = {
+        "talk_helpers/private_dirs.py",  # the one rule: this user's folder in it
+        "benchmarks/binder_check.py",  # the pod's own /tmp, a folder mounted for it alone
+    }
+    shared = re.compile(r"gettempdir\(|[\"']/tmp\b")
+    named = {name for name, text in _code_files().items() if shared.search(text)}
+    assert named - allowed == set()

@@ -1,6 +1,7 @@
 import pytest
 import torch.multiprocessing as mp
 
+from talk_helpers.runtime.start_cost import time_limit_s
 from talk_helpers.runtime.start_method import apply_start_method, requested_start_method
 
 
@@ -54,5 +55,5 @@ def test_the_forkserver_children_start_with_torch_and_ddp_imports_already_done()
         "        print(all(pool.map(is_imported, FORKSERVER_PRELOAD)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=time_limit_s(60, interpreters=2))
     assert out.stdout.strip() == "True", out.stderr

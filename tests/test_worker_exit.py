@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader
 
 from talk_helpers.lessons.datasets.basics import MapStyleIds, WorkerStreams
 from talk_helpers.runtime import worker_exit
+from talk_helpers.runtime.start_cost import time_limit_s
 
 _ENV = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
 
@@ -26,7 +27,7 @@ def _exit_in_child(worker_info_set: bool) -> subprocess.CompletedProcess:
         "raise SystemExit(3)\n"
     )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=_ENV, timeout=120)
+                          env=_ENV, timeout=time_limit_s(60, interpreters=4))
 
 
 def test_a_finished_worker_ends_with_0_and_keeps_what_it_printed():
@@ -72,5 +73,5 @@ def test_workers_spawned_by_a_main_without_a_file_start_from_spawned_child():
         "print(iterator._workers[0].exitcode)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=_ENV, timeout=120)
+                          env=_ENV, timeout=time_limit_s(60, interpreters=4))
     assert done.stdout.split() == ["talk_helpers.runtime.spawned_child", "0"], done.stderr

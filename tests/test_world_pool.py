@@ -21,6 +21,7 @@ from talk_helpers.lessons import world_demos
 from talk_helpers.runtime import rank_entry
 from talk_helpers.runtime import warm as world_pool
 from talk_helpers.runtime import world as d
+from talk_helpers.runtime.start_cost import time_limit_s
 
 pytestmark = pytest.mark.distributed
 
@@ -134,7 +135,8 @@ def test_a_warm_spawn_world_gives_the_same_results_as_a_fresh_one():
            functools.partial(wf.torch_draws, seed=7))
 
     def outcome(reuse):
-        return [d.run_world(fn, 2, start_method="spawn", reuse=reuse, timeout_s=120).results
+        return [d.run_world(fn, 2, start_method="spawn", reuse=reuse,
+                            timeout_s=time_limit_s(60, interpreters=2)).results
                 for fn in fns]
 
     fresh = outcome(False)
@@ -309,7 +311,8 @@ def own_forkserver(rank: int, world_size: int) -> int | None:
 
 def test_a_warm_forkserver_rank_keeps_its_own_server_and_stops_it_with_the_world():
     before = _live_descendants()
-    opts = dict(start_method="forkserver", reuse=True, timeout_s=120.0)
+    opts = dict(start_method="forkserver", reuse=True,
+                timeout_s=time_limit_s(60, interpreters=4))  # a server, each rank's server
     first = d.run_world(own_forkserver, 2, **opts).results
     again = d.run_world(own_forkserver, 2, **opts)
     assert again.warm and None not in first and again.results == first
@@ -400,7 +403,7 @@ def test_the_workers_of_a_rank_started_from_a_script_get_that_script(tmp_path,
     main.__file__ = str(script)
     monkeypatch.setitem(sys.modules, "__main__", main)
     _, name, file = d.run_ranks(walked_in_a_spawned_worker, 1, start_method="spawn",
-                                reuse=False)[0]
+                                reuse=False, timeout_s=time_limit_s(60, interpreters=2))[0]
     assert (name, file) == ("__mp_main__", str(script))
 
 
@@ -415,7 +418,8 @@ def test_a_spawned_rank_that_cannot_import_fn_says_so_instead_of_dying(reuse, mo
     module = types.ModuleType("only_in_the_parent")
     exec("def fn(rank, world_size):\n    return rank\n", module.__dict__)
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    report = d.run_world(module.fn, 1, start_method="spawn", reuse=reuse, timeout_s=60.0)
+    report = d.run_world(module.fn, 1, start_method="spawn", reuse=reuse,
+                         timeout_s=time_limit_s(30, interpreters=1))
     assert report.ranks[0].status == "error"
     assert report.ranks[0].error == "ModuleNotFoundError: No module named 'only_in_the_parent'"
     assert report.ranks[0].last_progress == "(set-up: importing)"

@@ -20,15 +20,18 @@ is kept.
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 import warnings
 
 import torch
 from torch.utils.data import Dataset
 
-CACHE_DIR = os.path.join(tempfile.gettempdir(), "talk_helpers_library_audit")
+from talk_helpers.private_dirs import private_dir
+
+
+def cache_dir() -> str:
+    """This user's folder for the data the library audits generate (see private_dirs)."""
+    return private_dir("library_audit")
 
 
 SHARD_SIZES = (26, 9, 14, 12)        # notebook 09's four uneven shards: 61 samples

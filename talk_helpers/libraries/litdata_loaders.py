@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 import tempfile
+from unittest import mock
 
 from torch.utils.data import DataLoader
 
 from talk_helpers.libraries.common import (
     BATCH_SIZE,
-    CACHE_DIR,
     N_SAMPLES,
     NUM_WORKERS,
+    cache_dir,
     loader_kwargs,
     quiet,
 )
@@ -27,18 +28,22 @@ def litdata_dir(n: int = N_SAMPLES, chunk_size: int = 8) -> str:
     ranks that race all find the same complete folder. Its progress output is swallowed."""
     import contextlib
 
-    folder = os.path.join(CACHE_DIR, f"litdata-{n}-{chunk_size}")
+    folder = os.path.join(cache_dir(), f"litdata-{n}-{chunk_size}")
     if os.path.exists(os.path.join(folder, "index.json")):
         return folder
     import litdata
 
-    os.makedirs(CACHE_DIR, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="litdata-", dir=CACHE_DIR)
+    tmp = tempfile.mkdtemp(prefix="litdata-", dir=cache_dir())
     out = os.path.join(tmp, "out")
+    # optimize's own scratch folders (``<temp>/chunks`` and ``<temp>/data`` by default,
+    # fixed names it also deletes) go inside ours
+    scratch = {"DATA_OPTIMIZER_CACHE_FOLDER": os.path.join(tmp, "chunks"),
+               "DATA_OPTIMIZER_DATA_CACHE_FOLDER": os.path.join(tmp, "data")}
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), \
-            contextlib.redirect_stderr(sink):
+            contextlib.redirect_stderr(sink), mock.patch.dict(os.environ, scratch):
         litdata.optimize(fn=_litdata_item, inputs=list(range(n)), output_dir=out,
-                         chunk_size=chunk_size, num_workers=1)
+                         chunk_size=chunk_size, num_workers=1,
+                         verbose=False)  # its progress bar is a widget in a notebook
     try:
         os.rename(out, folder)
     except OSError:          # another rank got there first; its folder is the same

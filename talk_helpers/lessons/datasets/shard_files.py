@@ -4,16 +4,15 @@ webdataset reads (notebooks 03 and 10)."""
 import io
 import os
 import tarfile
-import tempfile
 
-SHARD_DIR = os.path.join(tempfile.gettempdir(), "talk_helpers_shards")
+from talk_helpers.private_dirs import private_dir
 
 
 def write_tar_shards(sizes) -> list[str]:
     """Tar shards holding the ids ``0..sum(sizes)-1`` in order, one ``<key>.id`` member per
     sample; written once (atomically, so ranks may race) and reused."""
     sizes = tuple(int(s) for s in sizes)
-    folder = os.path.join(SHARD_DIR, "wds-" + "-".join(map(str, sizes)))
+    folder = os.path.join(private_dir("shards"), "wds-" + "-".join(map(str, sizes)))
     os.makedirs(folder, exist_ok=True)
     paths, start = [], 0
     for i, size in enumerate(sizes):
