@@ -24,13 +24,13 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-import sys
 import threading
 import time
 
 import torch.multiprocessing as mp
 
 from talk_helpers.exercises import Grade, not_graded
+from talk_helpers.runtime.start_cost import interpreter_start_s
 
 __all__ = ["START_FACTOR", "START_FLOOR_S", "STALL_FLOOR_S", "late_start", "late_stall",
            "note_start", "start_allowance_s", "start_cost_s", "start_method", "stall_allowance_s"]
@@ -39,8 +39,7 @@ START_FLOOR_S = 30.0   # every start-up gets this long before the cost is even m
 START_FACTOR = 6.0     # then this many times what one interpreter costs here, per wave
 STALL_FLOOR_S = 30.0   # workers that started: how long without a batch before giving up
 FORK_COST_S = 0.2      # a forked worker's start, before any was seen
-PROBE = (sys.executable, "-c", "import torch")
-PROBE_TIMEOUT_S = 600.0
+PROBE_TIMEOUT_S = 600.0  # how long a grader waits for the measure when it must
 
 
 def start_method(context=None) -> str:
@@ -137,10 +136,9 @@ def _run_probe() -> None:
     global _measured
     started = time.monotonic()
     try:
-        subprocess.run(PROBE, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
+        _measured = interpreter_start_s()
     except (OSError, subprocess.SubprocessError):
-        pass
-    _measured = time.monotonic() - started
+        _measured = time.monotonic() - started
 
 
 def _cost_words(method: str) -> str:
