@@ -268,7 +268,16 @@ def run() -> None:
 
 
 def usage_error(message: str, wants_json: bool, target: str | None = None) -> int:
-    """Exit status 2: one line on stderr and, with --json, one document on stdout."""
+    """Exit status 2: one line on stderr and, with --json, one document on stdout. Under
+    torchrun rank 0 says it, and the other ranks wait for torchrun to stop them after
+    rank 0's exit, so that rank 0 is never stopped before it has said it."""
+    if under_torchrun():
+        from talk_helpers.audit.torchrun import write_verdict
+
+        write_verdict(EXIT_USAGE)
+        if not is_rank_zero():
+            _wait_for_rank_0_to_exit(EXIT_USAGE)
+            return EXIT_USAGE
     if is_rank_zero() or not under_torchrun():
         first, *rest = message.splitlines() or [""]
         print(f"{prog()}: error: {first}", file=sys.stderr)
@@ -282,6 +291,24 @@ def usage_error(message: str, wants_json: bool, target: str | None = None) -> in
                              "where": None, "progress": None, "hint": None}}
             print(json.dumps(doc, ensure_ascii=False), flush=True)
     return EXIT_USAGE
+
+
+USAGE_WAIT_S = 60.0   # how long a rank other than 0 waits for torchrun to stop it
+
+
+def _wait_for_rank_0_to_exit(status: int) -> None:
+    """Sleep until torchrun stops this rank (SIGTERM, after rank 0 exited), then exit with
+    ``status``; give up after :data:`USAGE_WAIT_S`."""
+    import signal
+    import time
+
+    def stopped(*_):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+    signal.signal(signal.SIGTERM, stopped)
+    time.sleep(USAGE_WAIT_S)
 
 
 def _target_of(argv: list[str]) -> str | None:
