@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, DistributedSampler
 
-from talk_helpers.audit import AuditReport, UnreadableBatch, audit, collect_ids
+from talk_helpers.audit import AuditFailed, AuditReport, UnreadableBatch, audit, collect_ids
 from talk_helpers.audit.checks import CHECKS, Check, Verdict
+from talk_helpers.model.simulate import simulate
 
 # --- make_loader functions (module level, so a rank process can unpickle them) ----------
 
@@ -184,6 +185,57 @@ def test_a_failing_rank_is_reported_not_raised():
     assert report.error == "the audit could not finish: rank 1: RuntimeError: no data for rank 1"
     assert "no data for rank 1" in repr(report)
     assert "no data for rank 1" in report._repr_html_()
+    # which rank, the cause, and what to do next
+    assert "call your loader factory as rank 1 did, in one process: make_loader(1, 2, 0)" \
+        in repr(report)
+    with pytest.raises(AuditFailed, match="nothing to show: the audit above failed"):
+        report.epochs[0]
+
+
+def a_failed_report():
+    from talk_helpers.audit.core import failed_report
+    from talk_helpers.audit.failure import Failure
+
+    return failed_report(2, 1, Failure(kind="raised", rank=1, message="RuntimeError: boom",
+                                       error="the audit could not finish: rank 1: "
+                                             "RuntimeError: boom"))
+
+
+# what the notebooks and graders read from an audit, one use each
+LATER_CELLS = {
+    "epochs": lambda r: r.epochs[0],
+    "checks": lambda r: r.checks[0].exactly_once.missing,
+    "every check": lambda r: [c.exactly_once for c in r.checks],
+    "ids": lambda r: r.ids(0, 1),
+    "global order": lambda r: r.global_order(0),
+    "results": lambda r: r.results["order"],
+    "shuffle": lambda r: r.shuffle.mixing,
+    "order changes": lambda r: r.order_changes[0],
+    "order repeats": lambda r: r.order_repeats,
+    "poorly mixed": lambda r: r.poorly_mixed,
+    "a simulation's compare": lambda r: simulate([4, 4], nodes=2, workers=1,
+                                                 micro_batch_size=2).compare(r.epochs[0]),
+}
+
+
+@pytest.mark.parametrize("use", list(LATER_CELLS.values()), ids=list(LATER_CELLS))
+def test_a_later_cell_reading_a_failed_audit_gets_one_clear_error_never_an_attribute_error(use):
+    report = a_failed_report()
+    with pytest.raises(AuditFailed) as caught:
+        use(report)
+    assert str(caught.value).startswith("nothing to show: the audit above failed")
+    assert "rank 1: RuntimeError: boom" in str(caught.value)
+
+
+def test_a_failed_audit_still_shows_its_own_report_and_json():
+    report = a_failed_report()
+    assert (report.ok, report.status, report.exit_status) == (False, "error", 3)
+    assert repr(report).splitlines()[:2] == [
+        "✘ audit of 2 ranks × 1 epoch · ✘ could not finish",
+        "  ✘ the audit could not finish: rank 1: RuntimeError: boom"]
+    assert "rank 1: RuntimeError: boom" in report._repr_html_()
+    doc = json.loads(json.dumps(report.to_dict()))
+    assert doc["status"] == "error" and doc["epochs"] == []
 
 
 @pytest.mark.distributed

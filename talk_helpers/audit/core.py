@@ -40,14 +40,14 @@ from talk_helpers.audit.collect import (
     collect_ids,
 )
 from talk_helpers.audit.failure import Failure, from_world
-from talk_helpers.audit.report import AuditReport, EpochAudit
+from talk_helpers.audit.report import AuditFailed, AuditReport, EpochAudit
 from talk_helpers.audit.sample_ids import UnreadableBatch, sample_ids
 from talk_helpers.checks import check_exactly_once
 from talk_helpers.runtime import world as distributed
 
-__all__ = ["AuditReport", "EpochAudit", "NotALoader", "RankEpoch", "UnreadableBatch", "audit",
-           "build_report", "collect_batches", "collect_ids", "expected_fits", "failed_report",
-           "validate_options"]
+__all__ = ["AuditFailed", "AuditReport", "EpochAudit", "NotALoader", "RankEpoch",
+           "UnreadableBatch", "audit", "build_report", "collect_batches", "collect_ids",
+           "expected_fits", "failed_report", "validate_options"]
 
 SHUFFLE_CHOICES = (None, True, False)
 BYTES_PER_EXPECTED_ID = 24   # the exactly-once check's counts, masks and copies, per id

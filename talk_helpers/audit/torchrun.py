@@ -89,7 +89,7 @@ def main_torchrun(args, factory) -> int:
         except Stopped:
             payload = ("stopped", progress.text())
         except Exception as exc:
-            failure = from_exception(exc, rank)
+            failure = from_exception(exc, rank, world_size, progress.epoch)
             shared.fail()
             payload = ("error", failure)
         progress.phase = "gathering every rank's results"
