@@ -1,8 +1,11 @@
 """Loaders modelled on what people train with, each as ``factory(rank, world_size, epoch)``
 the audit runs unchanged, some with a planted bug whose effect is known.
 
-Data are generated locally on first use (small images, tar shards, a CSV, token files, a
-litdata folder) into one temporary folder, written atomically so that ranks may race.
+Data are generated locally (small images, tar shards, a CSV, token files, a litdata
+folder) into the folder ``$AUDIT_TRIAL_DATA`` names (the tests make one per session and
+build every file in it before any rank starts, :func:`build_all`), else into a private
+temporary folder. Each file, and the image folder as a whole, is written under a
+temporary name and renamed into place, so that ranks that race never see half of one.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
 from torch.utils.data import get_worker_info as worker_info
 
-DATA = os.path.join(tempfile.gettempdir(), "talk_helpers_audit_trial")
+DATA = os.environ.get("AUDIT_TRIAL_DATA") or tempfile.mkdtemp(prefix="audit-trial-")
 
 
 def _atomic(path: str, write) -> str:
@@ -31,6 +34,33 @@ def _atomic(path: str, write) -> str:
         write(tmp)
         os.replace(tmp, path)
     return path
+
+
+def _atomic_folder(path: str, fill) -> str:
+    """``fill(tmp_folder)`` then rename the whole folder to ``path``, unless it exists: a
+    rank listing ``path`` sees every file or no folder at all."""
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=os.path.basename(path) + ".", dir=os.path.dirname(path))
+        fill(tmp)
+        try:
+            os.rename(tmp, path)
+        except OSError:   # another process renamed its own first: the same content
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def build_all() -> None:
+    """Every file the loaders read, built once, before any rank starts."""
+    clip_shards()
+    image_folder()
+    token_file()
+    csv_file()
+    from talk_helpers.libraries.litdata_loaders import litdata_dir
+
+    litdata_dir(64, 8)
 
 
 def _documents(n: int) -> list[str]:
@@ -137,14 +167,15 @@ def clip_loader(rank, world_size, epoch, *, split=True, resampled=False):
 def image_folder(n=101, classes=3) -> str:
     from PIL import Image
 
-    root = os.path.join(DATA, f"images-{n}")
-    for i in range(n):
-        def fill(tmp, i=i):
+    def fill(folder):
+        for i in range(n):
             pixels = np.random.default_rng(i).integers(0, 256, (8, 8, 3), dtype=np.uint8)
-            with open(tmp, "wb") as out:
+            os.makedirs(os.path.join(folder, f"class_{i % classes}"), exist_ok=True)
+            with open(os.path.join(folder, f"class_{i % classes}", f"img_{i:04d}.png"),
+                      "wb") as out:
                 Image.fromarray(pixels).save(out, format="PNG")
-        _atomic(os.path.join(root, f"class_{i % classes}", f"img_{i:04d}.png"), fill)
-    return root
+
+    return _atomic_folder(os.path.join(DATA, f"images-{n}"), fill)
 
 
 class ImageFolderLike(Dataset):

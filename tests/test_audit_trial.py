@@ -9,7 +9,9 @@ imported here once so that the forked ranks inherit them.
 
 import importlib
 import json
+import os
 import re
+import sys
 
 import pytest
 
@@ -22,9 +24,16 @@ NO_FLAGS = "cannot tell the sample ids"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def libraries_imported_once():
+def libraries_imported_once(tmp_path_factory):
+    """The libraries imported, and every file the loaders read built, before any rank
+    starts: ranks inherit both, and never race to write the same data."""
+    os.environ["AUDIT_TRIAL_DATA"] = str(tmp_path_factory.mktemp("audit-trial-data"))
+    sys.modules.pop(M, None)   # its DATA is read when it is imported
     for name in ("datasets", "webdataset", "litdata", "torchdata.stateful_dataloader", M):
         importlib.import_module(name)
+    sys.modules[M].build_all()
+    yield
+    os.environ.pop("AUDIT_TRIAL_DATA", None)
 
 
 def audit_json(capsys, factory: str, *flags: str) -> tuple[int, dict]:
