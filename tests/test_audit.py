@@ -111,7 +111,7 @@ def test_expected_defaults_to_the_ids_of_epoch_0_and_says_so():
     assert "12 distinct ids seen in epoch 0" in repr(report)
     # Without shuffling the order repeats: reported beside ok, not in it.
     assert report.order_changes == {0: [False], 1: [False]}
-    assert "same order in consecutive epochs" in repr(report)
+    assert "rank 0, rank 1: epoch 1 read in exactly epoch 0's order" in repr(report)
 
 
 def test_partial_batches_are_counted_when_batch_size_is_given():
@@ -380,7 +380,7 @@ def test_a_drop_declared_by_design_reads_as_the_trade_off():
     assert report.ok and report.status == "pass"
     assert repr(report).splitlines()[0] == ("✔ audit of 2 ranks × 1 epoch · "
                                             "2 dropped by design")
-    assert "(2 dropped by design)" in repr(report)
+    assert "✔ every other sample once · 2 dropped by design" in repr(report)
     ids = report.checks[0].exactly_once.missing
     assert audit(drop_last_id, world_size=2, epochs=1, expected=12, in_process=True,
                  dropped_by_design=ids).ok
@@ -391,7 +391,8 @@ def test_more_losses_than_declared_still_fail():
                    dropped_by_design=1)
     assert not report.ok
     assert "✘ 2 missing" in repr(report).splitlines()[0]
-    assert "by design: dropped 1; found more" in repr(report)
+    assert "(declared by design: dropped 1; found 2 dropped, more than declared)" \
+        in repr(report)
 
 
 def test_repeats_declared_by_design_read_as_the_trade_off():
@@ -587,7 +588,8 @@ def test_string_ids_are_counted_and_named_by_their_text():
     assert report.problems[0] == ("✘", "10 duplicated")
     once = report.to_dict()["epochs"][0]["exactly_once"]
     assert once["duplicated"][0] == ["shard0/00000", 2]
-    assert report.shuffle is None and "string ids carry no storage order" in repr(report)
+    # string ids are put in their sorted order for the mixing, and the report says so
+    assert report.shuffle is not None and "string ids in their sorted order" in repr(report)
 
 
 def test_by_content_knows_samples_by_what_they_hold():
@@ -604,7 +606,7 @@ def test_by_content_reports_identical_contents_as_such():
     report = audit(twice, world_size=2, epochs=1, by_content=True, expected=8,
                    in_process=True)
     assert report.problems == [("✘", "8 identical contents")]
-    assert "identical contents (a sample read again, or samples alike)" in repr(report)
+    assert "(identical contents: a sample read again, or samples alike)" in repr(report)
 
 
 def test_by_content_counts_what_is_missing_when_told_how_many():
@@ -738,8 +740,12 @@ def test_a_raising_loader_is_an_error_with_the_file_and_line_it_came_from():
                    timeout_s=120)
     assert (report.status, report.exit_status) == ("error", 3)
     assert report.failure.rank == 1
-    assert report.failure.where == "tests/test_audit.py:63 in raises_on_rank_1"
-    assert "at tests/test_audit.py:63 in raises_on_rank_1" in repr(report)
+    import inspect
+
+    lines, first = inspect.getsourcelines(raises_on_rank_1)
+    line = first + next(i for i, text in enumerate(lines) if "raise RuntimeError" in text)
+    assert report.failure.where == f"tests/test_audit.py:{line} in raises_on_rank_1"
+    assert f"at tests/test_audit.py:{line} in raises_on_rank_1" in repr(report)
 
 
 def sleeps_on_rank_1(rank, world_size, epoch):

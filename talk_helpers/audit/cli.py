@@ -91,6 +91,36 @@ same status, but torchrun exits 1 for any failure and adds its own failure listi
 """
 
 
+def _id_range(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition(":")
+    if not sep or not low.strip().isdigit() or not high.strip().isdigit() \
+            or int(low) >= int(high):
+        raise argparse.ArgumentTypeError(f"must be A:B with 0 ≤ A < B (ids A..B-1), got "
+                                         f"{text!r}")
+    return int(low), int(high)
+
+
+def _count_or_auto(text: str):
+    if text == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a count N ≥ 0 or auto, got {text!r}") \
+            from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a count N ≥ 0 or auto, got {text!r}")
+    return value
+
+
+def _mixing_level(text: str) -> str:
+    if text == "sample" or (text.startswith("chunk:") and text[6:].isdigit()
+                            and int(text[6:]) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(f"must be sample or chunk:N (N ≥ 1 ids per chunk), got "
+                                     f"{text!r}")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, not argparse's usage block
         raise UsageError(message)
@@ -108,15 +138,33 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument("--by-content", action="store_true",
                       help="know each sample by a hash of its content")
     what = parser.add_argument_group("what to expect")
-    what.add_argument("--expected", type=int, default=None,
-                      help="ids 0..N-1 (with --by-content or string ids: N distinct "
-                           "samples) once per epoch (default: the ids of epoch 0)")
+    declared = what.add_mutually_exclusive_group()
+    declared.add_argument("--expected", type=int, default=None, metavar="N",
+                          help="ids 0..N-1 (with --by-content or string ids: N distinct "
+                               "samples) once per epoch (default: the ids of epoch 0)")
+    declared.add_argument("--id-range", type=_id_range, default=None, metavar="A:B",
+                          help="ids A..B-1 once per epoch, e.g. 10000:10240")
+    declared.add_argument("--ids-file", default=None, metavar="PATH",
+                          help="the ids once per epoch, one per line: integers, or strings "
+                               "such as __key__s (their order there is taken as storage "
+                               "order)")
     what.add_argument("--batch-size", type=int, default=None,
                       help="also check that every batch holds this many samples")
-    what.add_argument("--dropped-by-design", type=int, default=None, metavar="N",
-                      help="samples per epoch your loader drops on purpose (drop_last)")
-    what.add_argument("--repeated-by-design", type=int, default=None, metavar="N",
-                      help="extra reads per epoch your loader makes on purpose (padding)")
+    what.add_argument("--dropped-by-design", type=_count_or_auto, default=None,
+                      metavar="N|auto",
+                      help="samples per epoch your loader drops on purpose (drop_last); "
+                           "auto: what litdata's own rule drops under DDP")
+    what.add_argument("--repeated-by-design", type=_count_or_auto, default=None,
+                      metavar="N|auto",
+                      help="extra reads per epoch your loader makes on purpose (padding); "
+                           "auto: what mosaicml-streaming pads")
+    what.add_argument("--with-replacement", action="store_true",
+                      help="the loader draws with replacement (WeightedRandomSampler, "
+                           "resampled shards): judge coverage and balance, not exactly once")
+    what.add_argument("--mixing", type=_mixing_level, default="sample", metavar="LEVEL",
+                      help="the level the shuffle promises: sample (default), or chunk:N for "
+                           "a loader that shuffles chunks of N consecutive ids (litdata, "
+                           "mosaicml-streaming)")
     shuffle = what.add_mutually_exclusive_group()
     shuffle.add_argument("--shuffle", dest="shuffle", action="store_const", const=True,
                          default=None, help="the loader is meant to shuffle: judge the order")
@@ -156,7 +204,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"argument --{name.replace('_', '-')}: must be ≥ 1, got {value}")
-    for name in ("expected", "dropped_by_design", "repeated_by_design", "node_rank"):
+    for name in ("expected", "node_rank"):
         value = getattr(args, name)
         if value is not None and value < 0:
             raise UsageError(f"argument --{name.replace('_', '-')}: must be ≥ 0, got {value}")
@@ -178,6 +226,10 @@ def parse_args(argv=None) -> argparse.Namespace:
             expected_fits(args.expected)
         except ValueError as exc:
             raise UsageError(f"argument --expected: {exc}") from None
+    if args.ids_file is not None:
+        from talk_helpers.audit.shell import read_ids_file
+
+        read_ids_file(args.ids_file)   # a usage error now, not in every rank
     return args
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from talk_helpers.audit.checks import AuditRun, Options, Verdict
 from talk_helpers.audit.failure import EXIT_FAIL, EXIT_PASS, Failure
-from talk_helpers.checks.verdict import colour_of, table_html
+from talk_helpers.checks.verdict import colour_of, small_html, table_html
 from talk_helpers.palette import BAD_COLOUR, OK_COLOUR, WARN_COLOUR
 
 __all__ = ["SCHEMA", "AuditFailed", "AuditReport", "EpochAudit"]
@@ -295,6 +295,9 @@ class AuditReport:
             "shuffle": order.get("shuffle"),
             "shuffle_note": order.get("shuffle_note"),
             "checks": extra,
+            "causes": [c.to_dict() for c in self.causes],
+            "with_replacement": self.options.with_replacement,
+            "mixing_level": self.options.mixing,
             "start_method": None if self.world is None else self.world.start_method,
         }
 
@@ -314,15 +317,22 @@ class AuditReport:
     def _epoch_lines(self, e: int) -> list[str]:
         return [line for v in self.results.values() for line in v.lines_of(e)]
 
+    @property
+    def causes(self) -> list:
+        """The usual cause of each finding that has one, and how the audit knows."""
+        return [c for v in self.results.values() for c in v.causes]
+
     def _lines(self) -> list[tuple[str, str]]:
-        """(label, text) pairs; text starts with ✔/⚠/✘ where it is a verdict."""
+        """(label, entry) pairs; an entry starts with ✔/⚠/✘ where it is a verdict, and its
+        further lines (after a newline) are the statistics behind it."""
         if self.failure is not None:
             return [("", line) for line in self.failure.lines()]
         rows = []
         for e in range(self.n_epochs):
-            for i, line in enumerate(self._epoch_lines(e)):
-                rows.append((f"epoch {e}" if i == 0 else "", line))
+            for i, entry in enumerate(self._epoch_lines(e)):
+                rows.append((f"epoch {e}" if i == 0 else "", entry))
         rows += [row for v in self.results.values() for row in v.rows]
+        rows += [("cause", "\n".join(c.lines())) for c in self.causes]
         rows += [("", note) for v in self.results.values() for note in v.footnotes]
         return rows
 
@@ -330,8 +340,11 @@ class AuditReport:
         lines = self._lines()
         width = max((len(label) for label, _ in lines), default=0)
         out = [self._title()]
-        for label, text in lines:
-            out.append(("  " + (f"{label.ljust(width)}  " if width else "") + text).rstrip())
+        pad = "  " + (" " * width + "  " if width else "")
+        for label, entry in lines:
+            first, *rest = entry.split("\n")
+            out.append(("  " + (f"{label.ljust(width)}  " if width else "") + first).rstrip())
+            out.extend(f"{pad}  {line}".rstrip() for line in rest)
         if self.failure is not None and self.failure.kind != "ids" and self.world is not None:
             out.extend("  " + line for line in repr(self.world).splitlines())
         return "\n".join(out)
@@ -355,10 +368,25 @@ class AuditReport:
                  if name not in dict(columns) for line in v.lines_of(e)]
         extra += [line for name, _ in columns for e in range(self.n_epochs)
                   for line in self.results[name].lines_of(e)[1:]]
-        extra += [f"{text[:2]}{label}: {text[2:]}" if label else text
-                  for v in self.results.values() for label, text in v.rows]
+        extra += [_labelled(label, text) for v in self.results.values()
+                  for label, text in v.rows]
+        extra += [_labelled("cause", "\n".join(c.lines())) for c in self.causes]
         extra += [note.removeprefix("· ") for v in self.results.values() for note in v.footnotes]
         for text in extra:
-            parts.append(f"<div style='color:{colour_of(text)}'>{html.escape(text)}</div>")
+            first, *rest = text.split("\n")
+            parts.append(f"<div style='color:{colour_of(first)}'>{html.escape(first)}</div>")
+            parts.extend(small_html(line, indent=True) for line in rest)
         return "".join(parts) + "</div>"
+
+
+def _labelled(label: str, entry: str) -> str:
+    """'✘ order: order repeats…' from ('order', '✘ order repeats…'), its statistics kept."""
+    if not label:
+        return entry
+    first, _, rest = entry.partition("\n")
+    if first[:1] in "✔✘⚠·" and first[1:2] == " ":
+        first = f"{first[:2]}{label}: {first[2:]}"
+    else:
+        first = f"{label}: {first}"
+    return first + ("\n" + rest if rest else "")
 

@@ -52,10 +52,11 @@ def main_torchrun(args, factory) -> int:
     kwargs = report_options(args)
     try:
         reader = sample_ids(kwargs.pop("ids"), kwargs.pop("by_content"))
-        options = Options(expected=args.expected, batch_size=args.batch_size,
+        options = Options(expected=kwargs["expected"], batch_size=args.batch_size,
                           shuffle=args.shuffle, dropped_by_design=args.dropped_by_design,
                           repeated_by_design=args.repeated_by_design, steps=args.steps,
-                          ids=reader.label, counted=reader.counted)
+                          ids=reader.label, counted=reader.counted,
+                          with_replacement=args.with_replacement, mixing=args.mixing)
         validate_options(options)
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None

@@ -1,9 +1,21 @@
 """Every expected sample read exactly once per epoch, over all ranks and workers, or exactly
-the drops and repeats declared by design.
+the drops and repeats declared by design; with ``with_replacement``, samples drawn with
+replacement judged for coverage and balance instead (:mod:`.replacement`).
 
 Expected, per epoch: ``expected=N`` (ids ``0..N-1``; with content or string ids, ``N``
-distinct samples), a sequence of ids, or by default the distinct ids of epoch 0 (with
-``steps``, each epoch's own: a window of an endless stream is judged by itself).
+distinct samples), a range (``range(10_000, 10_240)``, ``--id-range 10000:10240``), a
+sequence of ids (``--ids-file``: integers or strings, one per line), or by default the
+distinct ids of epoch 0 (with ``steps``, each epoch's own: a window of an endless stream
+is judged by itself). Missing, unexpected and duplicated ids are each named, and a finding
+with a usual cause says it (:mod:`.causes`).
+
+``dropped_by_design="auto"`` (``--dropped-by-design auto``) asks the library: litdata's
+``StreamingDataset`` says how many samples each rank reads (``len(dataset)``,
+``litdata/streaming/dataset.py``, ``StreamingDataset.__len__`` → ``get_len``, which
+applies its ``drop_last``), and the drop is the dataset's size less their sum.
+mosaicml-streaming's ``StreamingDataset`` pads instead: each rank reads
+``ceil(epoch_size / ranks)`` (``streaming/base/dataset.py``, ``StreamingDataset.__init__``:
+``self.length``), and ``repeated_by_design="auto"`` takes the excess as repeats.
 """
 
 from __future__ import annotations
@@ -13,22 +25,33 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from talk_helpers.arguments import is_int
-from talk_helpers.audit.checks.base import AuditRun, Check, Verdict
+from talk_helpers.audit.checks.base import AuditRun, Check, Recorder, Verdict
+from talk_helpers.audit.checks.causes import once_causes
 from talk_helpers.audit.sample_ids import hash_strings
 from talk_helpers.checks import check_exactly_once, ids_of
-from talk_helpers.checks.verdict import mark
+from talk_helpers.checks.exactly_once import once_headline
+from talk_helpers.checks.verdict import listing
 
-ID_LIMIT = 20  # ids listed per problem in the JSON
+ID_LIMIT = 20      # ids listed per problem in the JSON
+SHOWN_IDS = 6      # ids named per problem in the text report
+AUTO = "auto"
 
 
 class ExactlyOnce(Check):
     name = "exactly_once"
     column = "exactly once"
 
+    def recorder(self, plan) -> Recorder:
+        return PromiseRecorder()
+
     def judge(self, run: AuditRun) -> Verdict:
         opts = run.options
-        design = declared_design(opts.dropped_by_design, opts.repeated_by_design)
         expected, note = _expected(run)
+        if opts.with_replacement:
+            from talk_helpers.audit.checks.replacement import judge_draws
+
+            return judge_draws(run, expected, note)
+        design, design_note = _design(run)
         per_epoch = []
         for e in range(run.n_epochs):
             ids = run.ids(e)
@@ -40,8 +63,9 @@ class ExactlyOnce(Check):
                 if opts.counted:
                     report = ContentOnceReport(report)
             per_epoch.append(EpochOnce(e, report, design))
-        out = Verdict(detail=per_epoch, footnotes=[f"· {note}"])
-        out.epoch_lines = [[c.line()] for c in per_epoch]
+        out = Verdict(detail=per_epoch, footnotes=[f"· {note}"] + (
+            [f"· {design_note}"] if design_note else []))
+        out.epoch_lines = [[c.entry(run)] for c in per_epoch]
         strict = [c for c in per_epoch if not c.ok]
         words = (("identical contents" if opts.counted else "duplicated"), "missing",
                  ("more than expected" if run.counted else "unexpected"))
@@ -50,12 +74,18 @@ class ExactlyOnce(Check):
             n = max((getattr(c.report, count) for c in strict), default=0)
             if n:
                 out.problems.append(("✘", f"{n} {word}"))
+        if strict:
+            worst = max(strict, key=lambda c: c.report.duplicated_count + c.report.missing_count
+                        + c.report.unexpected_count)
+            out.causes = once_causes(run, worst.epoch, worst.report, wanted=expected(
+                worst.epoch, run.ids(worst.epoch)))
         notes = [c.design_note() for c in per_epoch if c.ok and c.design_note()]
         out.notes = notes[:1]
         if all(c.report.ok for c in per_epoch):
             out.passed = "exactly once"
-        out.data = {"expected_note": note,
-                    "epochs": [c.to_dict(run) for c in per_epoch]}
+        out.data = {"expected_note": note, "by_design_note": design_note,
+                    "epochs": [c.to_dict(run) for c in per_epoch],
+                    "causes": [c.to_dict() for c in out.causes]}
         return out
 
 
@@ -77,23 +107,20 @@ class EpochOnce:
         return int((once.duplicate_times - 1).sum()) if once.duplicate_ids.size else 0
 
     def matches_design(self) -> bool:
+        return not self._mismatch()
+
+    def _mismatch(self) -> list[str]:
+        """How what was found differs from what was declared ([] when it matches)."""
         once = self.report
+        out = []
         if once.unexpected_count:
-            return False
+            out.append(f"{once.unexpected_count} unexpected")
         dropped, repeated = self.design.get("dropped"), self.design.get("repeated")
-        if dropped is None:
-            if once.missing_count:
-                return False
-        elif isinstance(dropped, int):
-            if once.missing_count != dropped:
-                return False
-        elif set(once.missing) != set(dropped):
-            return False
-        if repeated is None:
-            return not once.duplicated_count
-        if isinstance(repeated, int):
-            return self.extra_reads() == repeated
-        return set(once.duplicates) == set(repeated)
+        out += _differs("dropped", dropped, once.missing_count,
+                        None if isinstance(dropped, int | None) else set(once.missing))
+        out += _differs("repeated", repeated, self.extra_reads(),
+                        None if isinstance(repeated, int | None) else set(once.duplicates))
+        return out
 
     def design_note(self) -> str:
         """'1 dropped by design' etc., or '' when nothing was declared or nothing happened."""
@@ -106,14 +133,34 @@ class EpochOnce:
         return " · ".join(parts) + " by design" if parts else ""
 
     def line(self) -> str:
-        """The verdict, read against the declared design."""
-        text = repr(self.report)
-        if self.report.ok or not self.design:
-            return text
-        declared = ", ".join(f"{k} {_describe(v)}" for k, v in self.design.items())
-        if self.matches_design():
-            return f"✔ {text[2:]} ({self.design_note()})"
-        return f"{text} (by design: {declared}; found more)"
+        """The finding, read against the declared design."""
+        once = self.report
+        if once.ok:
+            return once.headline
+        if self.design and self.matches_design():
+            return f"✔ every other sample once · {self.design_note()}"
+        head = once.headline
+        if self.design:
+            differs = "; ".join(self._mismatch())
+            head += f" (declared by design: {_declared(self.design)}; {differs})"
+        return head
+
+    def entry(self, run: AuditRun) -> str:
+        """The finding, then the counts behind it and the ids named."""
+        once = self.report
+        lines = [self.line(), once.statistics]
+        name = run.id_text
+        if once.duplicate_ids.size:
+            shown = [f"{name(i)} ×{t}" for i, t in zip(once.duplicate_ids[:SHOWN_IDS].tolist(),
+                                                       once.duplicate_times[:SHOWN_IDS].tolist(),
+                                                       strict=True)]
+            lines.append(f"{'identical' if run.options.counted else 'duplicated'}: "
+                         f"{listing(shown, once.duplicate_ids.size)}")
+        for what, ids in (("missing", once.missing_ids), ("unexpected", once.unexpected_ids)):
+            if ids.size:
+                lines.append(f"{what}: "
+                             f"{listing([name(i) for i in ids[:SHOWN_IDS].tolist()], ids.size)}")
+        return "\n".join(lines)
 
     def to_dict(self, run: AuditRun, limit: int = ID_LIMIT) -> dict:
         once = self.report
@@ -135,6 +182,24 @@ class EpochOnce:
             "by_design": self.design_note() or None,
             "verdict": self.line(),
         }
+
+
+def _differs(what: str, declared, found: int, found_ids: set | None) -> list[str]:
+    """'found 2 dropped' when the count (or the ids) differ from the declaration."""
+    if declared is None:
+        return [f"{found} {what}, none declared"] if found else []
+    if isinstance(declared, int):
+        if found == declared:
+            return []
+        side = "more" if found > declared else "fewer"
+        return [f"found {found} {what}, {side} than declared"]
+    if found_ids == set(declared):
+        return []
+    return [f"the {what} ids differ from the declared ones"]
+
+
+def _declared(design: dict) -> str:
+    return ", ".join(f"{k} {_describe(v)}" for k, v in design.items())
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,18 +235,24 @@ class CountedOnceReport:
         return dict(zip(self.duplicate_ids.tolist(), self.duplicate_times.tolist(),
                         strict=True))
 
+    @property
+    def headline(self) -> str:
+        return once_headline(self.ok, self.duplicated_count, self.missing_count,
+                             self.unexpected_count,
+                             "identical contents" if self.contents else "duplicated",
+                             "more than expected")
+
+    @property
+    def statistics(self) -> str:
+        distinct = "distinct contents" if self.contents else "unique"
+        text = (f"{self.expected_count} expected · {self.unique_count} {distinct} · "
+                f"{self.seen_count} read in all")
+        if self.contents and self.duplicated_count:
+            text += " (identical contents: a sample read again, or samples alike)"
+        return text
+
     def __repr__(self) -> str:
-        if self.contents:
-            parts = [f"{self.expected_count} expected", f"{self.unique_count} distinct contents",
-                     f"{self.duplicated_count} identical contents (a sample read again, "
-                     "or samples alike)" if self.duplicated_count else "0 identical contents",
-                     f"{self.missing_count} missing"]
-        else:
-            parts = [f"{self.expected_count} expected", f"{self.unique_count} unique",
-                     f"{self.duplicated_count} duplicated", f"{self.missing_count} missing"]
-        if self.unexpected_count:
-            parts.append(f"{self.unexpected_count} more than expected")
-        return f"{mark(self.ok)} " + " · ".join(parts)
+        return f"{self.headline}\n  {self.statistics}"
 
     __str__ = __repr__
 
@@ -196,15 +267,23 @@ class ContentOnceReport:
     def __getattr__(self, name):
         return getattr(self._report, name)
 
-    def __repr__(self) -> str:
+    @property
+    def headline(self) -> str:
         once = self._report
-        alike = once.duplicated_count
-        parts = [f"{once.expected_count} expected", f"{once.unique_count} distinct contents",
-                 f"{alike} identical contents (a sample read again, or samples alike)"
-                 if alike else "0 identical contents", f"{once.missing_count} missing"]
-        if once.unexpected_count:
-            parts.append(f"{once.unexpected_count} unexpected")
-        return f"{mark(once.ok)} " + " · ".join(parts)
+        return once_headline(once.ok, once.duplicated_count, once.missing_count,
+                             once.unexpected_count, "identical contents")
+
+    @property
+    def statistics(self) -> str:
+        once = self._report
+        text = (f"{once.expected_count} expected · {once.unique_count} distinct contents · "
+                f"{once.seen_count} read in all")
+        if once.duplicated_count:
+            text += " (identical contents: a sample read again, or samples alike)"
+        return text
+
+    def __repr__(self) -> str:
+        return f"{self.headline}\n  {self.statistics}"
 
     __str__ = __repr__
 
@@ -225,11 +304,23 @@ def _expected(run: AuditRun):
     what = "samples" if opts.counted else "ids"
     if opts.expected is not None:
         wanted = opts.expected
-        if run.string_ids and not is_int(wanted):
-            wanted = np.unique(hash_strings([str(v) for v in wanted])[0])
-        n = wanted if is_int(wanted) else len(np.asarray(wanted).reshape(-1))
-        return (lambda e, ids: int(wanted) if is_int(wanted) else wanted), \
-            f"expected: {n} {'distinct samples' if opts.counted else 'ids'} per epoch"
+        if is_int(wanted):
+            return (lambda e, ids: int(wanted)), \
+                f"expected: {int(wanted)} {'distinct samples' if run.counted else 'ids'} " \
+                f"per epoch{'' if run.counted else f' (0..{int(wanted) - 1})'}"
+        if isinstance(wanted, range):
+            ids_wanted = np.arange(wanted.start, wanted.stop, wanted.step, dtype=np.int64)
+            return (lambda e, ids: ids_wanted), \
+                f"expected: ids {wanted.start}..{wanted.stop - 1} ({len(wanted)} per epoch)"
+        values = list(wanted) if not isinstance(wanted, np.ndarray) else wanted
+        if len(values) and all(isinstance(v, str) for v in values):
+            hashed, names = hash_strings([str(v) for v in values])
+            run.names.update(names)
+            ids_wanted = np.unique(hashed)
+        else:
+            ids_wanted = np.unique(ids_of(values)) if len(values) else np.empty(0, np.int64)
+        return (lambda e, ids: ids_wanted), \
+            f"expected: the {ids_wanted.size} ids you listed, per epoch"
     if opts.steps is not None:
         return (lambda e, ids: np.unique(ids)), (
             f"expected: each epoch's own distinct {what} (with steps, an epoch is a window: "
@@ -250,21 +341,82 @@ def declared_design(dropped, repeated) -> dict:
 
 
 def design_value(value, name: str = "by_design"):
-    """An int ≥ 0 (a count) or a tuple of int ids."""
+    """An int ≥ 0 (a count), a tuple of int ids, or "auto" (the library says)."""
+    if isinstance(value, str) and value == AUTO:
+        return AUTO
     if isinstance(value, bool):
-        raise TypeError(f"{name} must be None, an int count ≥ 0 or a sequence of ids, "
-                        f"got {value!r}")
+        raise TypeError(f"{name} must be None, an int count ≥ 0, a sequence of ids or "
+                        f"'auto', got {value!r}")
     if isinstance(value, int | np.integer):
         if value < 0:
-            raise ValueError(f"{name} must be None, an int count ≥ 0 or a sequence of ids, "
-                             f"got {value!r}")
+            raise ValueError(f"{name} must be None, an int count ≥ 0, a sequence of ids or "
+                             f"'auto', got {value!r}")
         return int(value)
     try:
         return tuple(int(i) for i in ids_of(value).tolist())
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be None, an int count ≥ 0 or a sequence of ids, "
-                        f"got {value!r}") from None
+        raise TypeError(f"{name} must be None, an int count ≥ 0, a sequence of ids or "
+                        f"'auto', got {value!r}") from None
 
 
 def _describe(value) -> str:
     return str(value) if isinstance(value, int) else f"ids {list(value)[:8]}"
+
+
+# ------------------------------------------------------------------ the library's own rule
+
+
+class PromiseRecorder(Recorder):
+    """In each rank: what a library says this rank will read (for ``"auto"`` by design)."""
+
+    def start_epoch(self, epoch: int, loader) -> None:
+        self.promise = library_promise(loader)
+
+    def end_epoch(self, epoch: int):
+        return self.promise
+
+
+def library_promise(loader) -> dict | None:
+    """``{"library", "rank_samples", "total"}`` for a litdata or mosaicml-streaming dataset
+    found in ``loader`` (the loader itself or its ``dataset``), else None."""
+    dataset = getattr(loader, "dataset", loader)
+    module = type(dataset).__module__ or ""
+    try:
+        if module.startswith("litdata.") and hasattr(dataset, "region_of_interest"):
+            # litdata/utilities/dataset_utilities.py, subsample_streaming_dataset: the
+            # (chunk, start, end) ranges the dataset reads; len(dataset) is this rank's share
+            total = sum(int(end - start) for _, start, end in dataset.region_of_interest)
+            return {"library": "litdata", "rank_samples": int(len(dataset)), "total": total,
+                    "rule": "litdata/streaming/dataset.py, StreamingDataset.__len__"}
+        if module.startswith("streaming.") and hasattr(dataset, "epoch_size"):
+            return {"library": "mosaicml-streaming", "rank_samples": int(len(dataset)),
+                    "total": int(dataset.epoch_size),
+                    "rule": "streaming/base/dataset.py, StreamingDataset.__init__ (length)"}
+    except Exception:   # a library version whose internals moved: no promise
+        return None
+    return None
+
+
+def _design(run: AuditRun) -> tuple[dict, str | None]:
+    """The declared design, with "auto" worked out from the library's own rule."""
+    opts = run.options
+    design = declared_design(opts.dropped_by_design, opts.repeated_by_design)
+    if AUTO not in design.values():
+        return design, None
+    promises = [per_rank[0] if per_rank else None
+                for per_rank in run.recordings(ExactlyOnce.name)]
+    if not promises or any(p is None for p in promises):
+        for key in [k for k, v in design.items() if v == AUTO]:
+            design[key] = 0
+        return design, ("by design 'auto': no litdata or mosaicml-streaming dataset found in "
+                        "the loader, so nothing is taken as dropped or repeated by design")
+    total = promises[0]["total"]
+    promised = sum(p["rank_samples"] for p in promises)
+    library, rule = promises[0]["library"], promises[0]["rule"]
+    shares = " + ".join(str(p["rank_samples"]) for p in promises)
+    if design.get("dropped") == AUTO:
+        design["dropped"] = max(0, total - promised)
+    if design.get("repeated") == AUTO:
+        design["repeated"] = max(0, promised - total)
+    return design, (f"by design, from {library}'s rule ({rule}): the ranks read {shares} = "
+                    f"{promised} of its {total} samples")
