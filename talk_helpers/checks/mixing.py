@@ -87,6 +87,7 @@ __all__ = [
     "ShuffleReport", "StepMixing",
     "shuffle_report", "step_report", "rank_mixing", "batch_mixing", "effective_groups",
     "block_counts", "OrderAcross", "order_across", "mixing_finding", "score_line", "order_line",
+    "spearman",
 ]
 
 GOOD_MIXING = 0.8      # a score below this, beyond chance, is "poorly mixed"
@@ -654,8 +655,8 @@ class ShuffleReport(_MixingVerdict):
             found += [] if self.well_mixed else [mixing]
             head = f"{mark} " + " · ".join(found)
         what = "micro-batches" if self.rank_scores is not None else "batches"
-        alone = (["  mixing judged on epoch 0 alone: later epochs follow its order, so they "
-                  "tell nothing new"] if self.order_finding is not None else [])
+        alone = (["  mixing judged on epoch 0 alone: later epochs repeat its order, so they "
+                  "are no new draws"] if self.order_finding is not None else [])
         return [head, f"  {score_line(self.mixing, self.chance)}", *alone,
                 f"  {order_line(max(self.unchanged), max(self.spearman, key=abs))}",
                 f"  {self.epochs} epochs × {self.samples_per_epoch} samples in {what} of "
@@ -931,6 +932,11 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     sums = np.bincount(inverse, weights=np.arange(len(values), dtype=np.float64))
     ranks[order] = (sums / counts)[inverse]
     return ranks
+
+
+def spearman(a, b) -> float:
+    """The Spearman rank correlation of two equal-length sequences of numbers."""
+    return _spearman(np.asarray(a), np.asarray(b))
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:

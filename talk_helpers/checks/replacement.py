@@ -89,8 +89,10 @@ class DrawsReport:
     @property
     def statistics(self) -> list[str]:
         what = "ids" if self.unit == 1 else f"chunks of {self.unit} ids"
-        lines = [f"{self.never} of {self.n_units} {what} never drawn in {self.draws} draws "
-                 f"(uniform draws with replacement leave about {self.null_mean:.0f} ± "
+        drawn = (f"{self.draws} draws" if self.unit == 1 else
+                 f"{self.draws} samples drawn (about {self.draws / self.unit:.0f} chunks)")
+        lines = [f"{self.never} of {self.n_units} {what} never drawn in {drawn} (uniform "
+                 f"draws with replacement leave about {self.null_mean:.0f} ± "
                  f"{self.null_sd:.0f})",
                  f"draws per expected id: fewest {self.fewest}, most {self.most} (not judged: "
                  "a weighted sampler means them to differ)"]
@@ -126,20 +128,25 @@ def check_draws(epochs, expected, unit: int = 1) -> DrawsReport:
     units = np.unique(wanted // unit)
     drawn_units = np.unique(values[known] // unit)
     never = int(units.size - drawn_units.size)
-    mean, sd = never_drawn_null(int(units.size), int(times[known].sum()) / unit)
+    alike = _alike(streams, max(int(units.size), 1), unit)
+    # ranks that draw alike make one set of draws between them: one finding, not two
+    copies = {(e, b) for e, _, b in alike}
+    independent = sum(int(np.isin(r, wanted).sum()) for e, ranks in enumerate(streams)
+                      for k, r in enumerate(ranks) if (e, k) not in copies)
+    mean, sd = never_drawn_null(int(units.size), independent / unit)
     z = NormalDist().inv_cdf(1 - COVERAGE_ALPHA)
     short = never > mean + max(z * sd, 1.0) + 0.5
     return DrawsReport(n_units=int(units.size), unit=unit, draws=int(drawn.size), never=never,
-                       null_mean=mean, null_sd=sd, short=bool(short),
-                       alike=_alike(streams, max(int(wanted.size), 1)),
+                       null_mean=mean, null_sd=sd, short=bool(short), alike=alike,
                        fewest=int(per_wanted.min()) if per_wanted.size else 0,
                        most=int(times.max()) if times.size else 0,
                        unexpected=int((~known).sum()))
 
 
-def _alike(streams, n: int) -> list:
+def _alike(streams, n: int, unit: int = 1) -> list:
     """(epoch, rank, rank) for ranks whose draws hold the same id at most positions, far
-    beyond the 1/n chance of independent uniform draws."""
+    beyond the chance of independent uniform draws of ``n`` units (a position holds the
+    same unit with probability 1/n; within a unit drawn alike, the same id)."""
     pairs = [(e, a, b) for e, ranks in enumerate(streams) for a in range(len(ranks))
              for b in range(a + 1, len(ranks))]
     alpha = ALIKE_ALPHA / max(len(pairs), 1)
@@ -150,6 +157,6 @@ def _alike(streams, n: int) -> list:
         if k < 2:
             continue
         same = int((x[:k] == y[:k]).sum())
-        if same >= ALIKE_SHARE * k and poisson_tail(same, k / n) < alpha:
+        if same >= ALIKE_SHARE * k and poisson_tail(max(same // unit, 1), k / unit / n) < alpha:
             found.append((e, a, b))
     return found

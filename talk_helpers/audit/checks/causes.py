@@ -202,15 +202,28 @@ def _unseen_workers(run: AuditRun, epoch: int, report) -> Cause | None:
     return None
 
 
-def order_cause(run: AuditRun, finding: str, mark: str, epochs_seen) -> Cause | None:
+def order_cause(run: AuditRun, finding: str, mark: str, epochs_seen, across=None,
+                exact: bool = True) -> Cause | None:
     """Why the order repeats. ``epochs_seen[rank][epoch]``: ``(where, value)``, the epoch
     the loader's sampler or dataset held at the start of the epoch, or None when it has
-    none the audit can read (see ``order.epoch_seen``)."""
+    none the audit can read (see ``order.epoch_seen``). ``exact``: some rank read an epoch
+    in exactly the last one's order (else most positions kept their sample, ``across``
+    says how many)."""
     seen = [[v for v in per_rank if v is not None] for per_rank in epochs_seen]
     known = [v for v in seen if len(v) == run.n_epochs and run.n_epochs >= 2]
+    if not exact and across is not None:
+        pair = int(np.argmax(across.unchanged))
+        return Cause(
+            mark, finding, "part of an epoch replays the last one's order: a loader resumed "
+            "from a stale state, or a shuffle restarted alike part-way",
+            f"rank {across.unchanged_rank[pair]}: {across.unchanged[pair]:.0%} of epoch "
+            f"{pair + 1}'s positions hold epoch {pair}'s sample (two unrelated orders share "
+            "about one position)",
+            "save and restore the loader's state with the epoch it belongs to; reseed with "
+            "seed + epoch")
     if known and all(len({value for _, value in v}) == 1 for v in known):
         where, value = known[0][0]
-        if "current_epoch" in where:   # litdata/streaming/dataloader.py, __iter__
+        if "current_epoch" in where:   # litdata/streaming/dataloader.py, __iter__ counts
             return Cause(
                 mark, finding, "litdata's StreamingDataLoader counts its own epochs, and a "
                 "loader built anew every epoch starts its count again",

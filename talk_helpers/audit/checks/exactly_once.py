@@ -52,17 +52,8 @@ class ExactlyOnce(Check):
 
             return judge_draws(run, expected, note)
         design, design_note = _design(run)
-        per_epoch = []
-        for e in range(run.n_epochs):
-            ids = run.ids(e)
-            wanted = expected(e, ids)
-            if isinstance(wanted, int) and run.counted:
-                report = _counted(ids, wanted, contents=opts.counted)
-            else:
-                report = check_exactly_once(ids, wanted)
-                if opts.counted:
-                    report = ContentOnceReport(report)
-            per_epoch.append(EpochOnce(e, report, design))
+        per_epoch = [EpochOnce(e, epoch_report(run, run.ids(e), expected(e, run.ids(e))),
+                               design) for e in range(run.n_epochs)]
         out = Verdict(detail=per_epoch, footnotes=[f"· {note}"] + (
             [f"· {design_note}"] if design_note else []))
         out.epoch_lines = [[c.entry(run)] for c in per_epoch]
@@ -288,6 +279,14 @@ class ContentOnceReport:
     __str__ = __repr__
 
 
+def epoch_report(run: AuditRun, ids: np.ndarray, wanted):
+    """One epoch's exactly-once report: named ids, or counted for hashes and a count."""
+    if isinstance(wanted, int) and run.counted:
+        return _counted(ids, wanted, contents=run.options.counted)
+    report = check_exactly_once(ids, wanted)
+    return ContentOnceReport(report) if run.options.counted else report
+
+
 def _counted(ids: np.ndarray, n_expected: int, contents: bool) -> CountedOnceReport:
     unique, times = np.unique(ids, return_counts=True)
     repeated = times > 1
@@ -384,8 +383,8 @@ def library_promise(loader) -> dict | None:
     try:
         if module.startswith("litdata.") and hasattr(dataset, "region_of_interest"):
             # litdata/utilities/dataset_utilities.py, subsample_streaming_dataset: the
-            # (chunk, start, end) ranges the dataset reads; len(dataset) is this rank's share
-            total = sum(int(end - start) for _, start, end in dataset.region_of_interest)
+            # (start, end) range it reads in each chunk; len(dataset) is this rank's share
+            total = sum(int(end - start) for start, end in dataset.region_of_interest)
             return {"library": "litdata", "rank_samples": int(len(dataset)), "total": total,
                     "rule": "litdata/streaming/dataset.py, StreamingDataset.__len__"}
         if module.startswith("streaming.") and hasattr(dataset, "epoch_size"):

@@ -44,6 +44,7 @@ from talk_helpers.checks.mixing import (
     order_across,
     order_line,
     score_line,
+    spearman,
 )
 
 MIXING_SAMPLES = 8192   # samples per epoch the mixing score looks at, at most
@@ -73,13 +74,16 @@ class Order(Check):
                 out.causes.append(Cause(
                     mark, "not shuffled", "the loader reads in storage order every epoch "
                     "(shuffle=False, a sequential sampler, an iterable dataset read in file "
-                    "order)", "every epoch in the same order, and its batches hold storage "
-                    f"neighbours (mixing score {detail.shuffle.mixing:.2f})",
+                    "order)", "every epoch in the same order, each worker's in storage "
+                    "order, its batches storage neighbours (mixing score "
+                    f"{detail.shuffle.mixing:.2f})",
                     "shuffle: DataLoader(shuffle=True), DistributedSampler(shuffle=True) with "
                     "set_epoch, or a shuffle buffer for an iterable dataset"))
             elif detail.finding == "repeats":
+                exact = any(not all(c) for c in detail.changes.values())
                 out.causes.append(order_cause(run, "order repeats", mark,
-                                              run.recordings(self.name)))
+                                              run.recordings(self.name), detail.across,
+                                              exact))
             elif detail.finding == "similar":
                 out.causes.append(Cause(
                     mark, "similar order across epochs", "each epoch moves samples only a "
@@ -136,19 +140,25 @@ class OrderDetail:
         if storage is None:
             return cls(changes, finding, across, None, how)
         chunk = run.options.chunk
+        epochs = _chunk_epochs(run, storage, chunk) if chunk else _sampled_epochs(run, storage)
+        copies = _copied_ranks(epochs)
+        if copies:   # ranks that read what another reads at the same steps: one finding
+            epochs = [[batches for r, batches in enumerate(ranks) if r not in copies]
+                      for ranks in epochs]
+            who = ", ".join(f"rank {b} reads what rank {a} reads"
+                            for b, a in sorted(copies.items()))
+            copied = (f"{who} at the same steps: left out of the mixing (the exactly-once "
+                      "or draws check says why)")
+            how = copied if how is None else f"{how}; {copied}"
         try:
-            if chunk:
-                shuffle = step_report(_chunk_epochs(run, storage, chunk))
-            else:
-                shuffle = step_report(_sampled_epochs(run, storage))
+            shuffle = step_report(epochs)
         except (TypeError, ValueError) as exc:
             return cls(changes, finding, across, None, f"not measured ({exc})")
         if chunk and shuffle.order_finding is not None and finding is None:
             finding = shuffle.order_finding    # the chunks' order repeats
         level = f"chunks of {chunk}" if chunk else "sample"
         detail = cls(changes, finding, across, shuffle, how, level, storage)
-        detail.sorted = all(_sorted_share(_positions(storage, r.ids)) >= IN_STORAGE_ORDER
-                            for r in run.epoch(0))
+        detail.sorted = _in_storage_order(run, storage, chunk)
         return detail
 
     @property
@@ -246,8 +256,8 @@ class OrderDetail:
             head = f"{good} {text}"
         lines = [head, score_line(s.mixing, s.chance)]
         if self.finding is not None:
-            lines.append("judged on epoch 0 alone: later epochs follow its order, so they "
-                         "tell nothing new")
+            lines.append("judged on epoch 0 alone: later epochs repeat its order, so they "
+                         "are no new draws")
         ranks = ", ".join(f"{v:.2f}" for v in s.rank_scores)
         if self.level != "sample":
             lines.append(f"judged at the level of {self.level}: each rank's chunks in the order "
@@ -261,14 +271,47 @@ class OrderDetail:
         return "\n".join(lines)
 
 
-IN_STORAGE_ORDER = 0.9   # share of consecutive samples in increasing storage order
+IN_STORAGE_ORDER = 0.9   # rank correlation of a rank's order with the storage order
+COPIED = 0.5             # a rank whose samples are this often another's at the same step
 
 
-def _sorted_share(positions: np.ndarray) -> float:
-    """The share of consecutive samples a rank reads in increasing storage order."""
-    if positions.size < 2:
-        return 1.0
-    return float(np.mean(np.diff(positions) > 0))
+def _copied_ranks(epochs) -> dict[int, int]:
+    """{rank: the earlier rank it copies}: ranks whose micro-batches in epoch 0 hold mostly
+    the samples an earlier rank's hold at the same steps (ranks not split, or seeded
+    alike). Their steps would read as poorly mixed for a reason another check names."""
+    ranks = epochs[0]
+    found = {}
+    for b in range(1, len(ranks)):
+        for a in range(b):
+            if a in found:
+                continue
+            steps = min(len(ranks[a]), len(ranks[b]))
+            total = sum(len(ranks[b][k]) for k in range(steps))
+            shared = sum(int(np.isin(ranks[b][k], ranks[a][k]).sum()) for k in range(steps))
+            if total and shared >= COPIED * total:
+                found[b] = a
+                break
+    return found
+
+
+def _in_storage_order(run: AuditRun, storage: dict, chunk: int | None) -> bool:
+    """Every worker of every rank reads epoch 0 in (nearly) storage order: the rank
+    correlation of its order with the storage order is at least IN_STORAGE_ORDER (by
+    chunks, each counted where it is first read, with ``chunk``)."""
+    for seen in run.epoch(0):
+        positions = _positions(storage, seen.ids)
+        if chunk:
+            positions = positions // chunk
+        workers = (np.repeat(seen.workers.astype(np.int64), seen.sizes)
+                   if seen.workers.size else np.zeros(positions.size, np.int64))
+        for worker in np.unique(workers):
+            mine = positions[workers == worker]
+            if chunk:
+                _, first = np.unique(mine, return_index=True)
+                mine = mine[np.sort(first)]
+            if mine.size >= 2 and spearman(mine, np.arange(mine.size)) < IN_STORAGE_ORDER:
+                return False
+    return True
 
 
 def mixing_cause(detail: OrderDetail, mark: str) -> Cause:
@@ -377,23 +420,27 @@ def _chunk_epochs(run: AuditRun, storage: dict, chunk: int) -> list:
 
 
 class EpochRecorder(Recorder):
-    """In each rank, at the start of every epoch: the epoch the loader's sampler or
-    dataset holds, ``(where, value)`` or None (for the cause of an order that repeats)."""
+    """In each rank, once the epoch has been read: the epoch the loader, its sampler or
+    its dataset holds, ``(where, value)`` or None (for the cause of an order that
+    repeats). Read after the epoch, as a loader that counts its own epochs (litdata's
+    ``StreamingDataLoader.__iter__``) moves its count when it starts one."""
 
     def start_epoch(self, epoch: int, loader) -> None:
-        self.seen = epoch_seen(loader)
+        self.loader = loader
 
     def end_epoch(self, epoch: int):
-        return self.seen
+        seen, self.loader = epoch_seen(self.loader), None
+        return seen
 
 
 def epoch_seen(loader):
     """``(where, value)`` of the first epoch counter found on ``loader``, else None:
     ``sampler.epoch`` (torch ``DistributedSampler.set_epoch``), ``batch_sampler.sampler.epoch``,
+    ``current_epoch`` (litdata ``StreamingDataLoader``, ``litdata/streaming/dataloader.py``),
     ``dataset.current_epoch`` (litdata ``StreamingDataset.set_epoch``), ``dataset._epoch``
     (HF ``IterableDataset.set_epoch``, ``datasets/iterable_dataset.py``)."""
-    for path in ("sampler.epoch", "batch_sampler.sampler.epoch", "dataset.current_epoch",
-                 "dataset._epoch", "epoch"):
+    for path in ("sampler.epoch", "batch_sampler.sampler.epoch", "current_epoch",
+                 "dataset.current_epoch", "dataset._epoch", "epoch"):
         target = loader
         for part in path.split("."):
             target = getattr(target, part, None)
@@ -408,6 +455,7 @@ def epoch_seen(loader):
         where = {"sampler.epoch": "the sampler's epoch (sampler.epoch)",
                  "batch_sampler.sampler.epoch": "the sampler's epoch "
                                                 "(batch_sampler.sampler.epoch)",
+                 "current_epoch": "the loader's epoch (loader.current_epoch)",
                  "dataset.current_epoch": "the dataset's epoch (dataset.current_epoch)",
                  "dataset._epoch": "the dataset's epoch (dataset._epoch)",
                  "epoch": "the loader's epoch (loader.epoch)"}[path]

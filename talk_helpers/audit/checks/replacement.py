@@ -2,15 +2,19 @@
 coverage and balance (:func:`talk_helpers.checks.replacement.check_draws`) instead of
 exactly once. Repeats and gaps within an epoch are the design; unexpected ids, ids no
 epoch draws beyond what uniform draws leave, and ranks that draw alike are not.
+
+Draws are judged in storage order (:func:`talk_helpers.audit.checks.order.storage_order`),
+so that ``mixing="chunk:N"`` judges a loader that resamples whole shards of N by its
+shards; content hashes have no storage order and are judged sample by sample.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from talk_helpers.arguments import is_int
 from talk_helpers.audit.checks.base import AuditRun, Cause, Verdict
-from talk_helpers.audit.checks.exactly_once import SHOWN_IDS, EpochOnce
-from talk_helpers.checks import check_exactly_once
+from talk_helpers.audit.checks.exactly_once import SHOWN_IDS, EpochOnce, epoch_report
 from talk_helpers.checks.replacement import check_draws
 from talk_helpers.checks.verdict import listing
 
@@ -30,7 +34,8 @@ class EpochDraws(EpochOnce):
     def line(self) -> str:
         once = self.report
         if once.unexpected_count:
-            return f"✘ {once.unexpected_count} unexpected"
+            word = "unexpected" if once.unexpected_ids.size else "more than expected"
+            return f"✘ {once.unexpected_count} {word}"
         return (f"· drawn with replacement: {once.duplicated_count} drawn twice or more, "
                 f"{once.missing_count} not drawn this epoch")
 
@@ -44,25 +49,40 @@ class EpochDraws(EpochOnce):
 
 
 def judge_draws(run: AuditRun, expected, note: str) -> Verdict:
+    from talk_helpers.audit.checks.order import _positions, storage_order
+
     opts = run.options
-    per_epoch = [EpochDraws(e, check_exactly_once(run.ids(e), expected(e, run.ids(e))))
+    per_epoch = [EpochDraws(e, epoch_report(run, run.ids(e), expected(e, run.ids(e))))
                  for e in range(run.n_epochs)]
     declared = opts.expected is not None
-    wanted = expected(0, run.ids(0))
-    if not declared:   # without a declaration every id drawn is expected: coverage is moot
-        wanted = np.unique(np.concatenate([run.ids(e) for e in range(run.n_epochs)]))
+    storage, _ = storage_order(run)
     unit = opts.chunk or 1
-    draws = check_draws([[r.ids for r in run.epoch(e)] for e in range(run.n_epochs)],
-                        wanted, unit=unit)
+    if storage is None:   # contents: positions are the hashes' ranks, sample by sample
+        every = np.unique(np.concatenate([run.ids(e) for e in range(run.n_epochs)]))
+        position = lambda ids: np.searchsorted(every, ids)   # noqa: E731
+        unit = 1
+    else:
+        position = lambda ids: _positions(storage, ids)   # noqa: E731
+    streams = [[position(r.ids) for r in run.epoch(e)] for e in range(run.n_epochs)]
+    if not declared:   # every id drawn is expected: coverage is not judged
+        wanted = np.unique(np.concatenate([r for ranks in streams for r in ranks]))
+    elif is_int(opts.expected) or (storage is not None and storage["ids"] is not None):
+        wanted = np.arange(int(opts.expected) if is_int(opts.expected)
+                           else len(storage["ids"]))
+    else:
+        wanted = expected(0, run.ids(0))
+    draws = check_draws(streams, wanted, unit=unit)
     out = Verdict(detail=per_epoch, footnotes=[f"· {note}"])
     out.epoch_lines = [[c.entry(run)] for c in per_epoch]
-    if draws.unexpected:
-        out.problems.append(("✘", f"{draws.unexpected} unexpected"))
+    unexpected = max((c.report.unexpected_count for c in per_epoch), default=0)
+    if unexpected:
+        out.problems.append(("✘", f"{unexpected} unexpected"))
     short = declared and draws.short
+    what = "ids" if unit == 1 else f"chunks of {unit}"
     if short:
-        out.problems.append(("✘", f"{draws.never} never drawn"))
+        out.problems.append(("✘", f"{draws.never} {what} never drawn"))
         out.causes.append(Cause(
-            "✘", f"{draws.never} never drawn",
+            "✘", f"{draws.never} {what} never drawn",
             "some samples can never be drawn: a weight of 0, shards left out of the list, or "
             "fewer draws per epoch than you think",
             f"{draws.never} of {draws.n_units} never drawn in {run.n_epochs} epochs; uniform "
@@ -77,17 +97,17 @@ def judge_draws(run: AuditRun, expected, note: str) -> Verdict:
             f"rank {a} and rank {b} drew the same sample at most positions of epoch {epoch}",
             "seed each rank's sampler with its rank as well (seed + rank), or draw once and "
             "split"))
-    coverage = draws.headline if (draws.ok or not declared) else "✘ " + " · ".join(
-        t for m, t in out.problems)
     if not declared:
-        coverage = "· coverage not judged: pass --expected N, --id-range or --ids-file"
+        head = ("✘ ranks draw alike" if draws.alike else
+                "· coverage not judged: pass --expected N, --id-range or --ids-file")
         stats = draws.statistics[1:]
-    else:
+    elif out.problems:
+        head = "✘ " + " · ".join(text for _, text in out.problems)
         stats = draws.statistics
-        if not (short or draws.alike or draws.unexpected):
-            coverage = ("✔ drawn with replacement: coverage and balance as uniform draws "
-                        "give")
-    out.rows.append(("draws", "\n".join([coverage, *stats])))
+    else:
+        head = "✔ drawn with replacement: coverage and balance as uniform draws give"
+        stats = draws.statistics
+    out.rows.append(("draws", "\n".join([head, *stats])))
     if not out.problems:
         out.passed = "drawn with replacement"
     out.data = {"expected_note": note, "by_design_note": None, "with_replacement": {
