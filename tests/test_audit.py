@@ -837,3 +837,85 @@ def test_batches_that_fit_in_dev_shm_or_use_no_worker_add_nothing_to_the_report(
     no_workers = audit(functools.partial(heavy_loader, workers=0), world_size=1, epochs=1,
                        expected=8, in_process=True)
     assert no_workers.ok and "/dev/shm" not in repr(no_workers)
+
+
+# --- one story per report: headline, rows and JSON never disagree ---------------------------
+
+
+def _order_kind(kind: str, previous: np.ndarray, rng) -> np.ndarray:
+    n = previous.size
+    if kind == "fresh":
+        return rng.permutation(n)
+    if kind == "same":
+        return previous.copy()
+    if kind == "replay":    # the first 60% of the last epoch again, the rest anew
+        keep = int(0.6 * n)
+        return np.concatenate([previous[:keep], rng.permutation(previous[keep:])])
+    if kind == "sorted":
+        return np.arange(n)
+    return previous ^ 1 if n % 2 == 0 else rng.permutation(n)   # neighbours swapped
+
+
+@settings(max_examples=80, deadline=None)
+@given(world=st.integers(1, 3), epochs=st.integers(1, 3), n=st.integers(8, 160),
+       batch=st.integers(1, 8), shuffle=st.sampled_from([None, True, False]),
+       kinds=st.lists(st.sampled_from(["fresh", "same", "replay", "sorted", "swap"]),
+                      min_size=3, max_size=3),
+       fault=st.sampled_from(["none", "drop", "duplicate", "unsplit"]),
+       seed=st.integers(0, 1000))
+def test_headline_rows_and_json_tell_one_story(world, epochs, n, batch, shuffle, kinds,
+                                               fault, seed):
+    rng = np.random.default_rng(seed)
+    orders = [rng.permutation(n)]
+    for e in range(1, epochs):
+        orders.append(_order_kind(kinds[e], orders[-1], rng))
+
+    def loader(rank, world_size, epoch):
+        order = orders[epoch]
+        mine = order if fault == "unsplit" else order[rank::world_size]
+        if fault == "drop":
+            mine = mine[:-1]
+        if fault == "duplicate" and rank == 0:
+            mine = np.concatenate([mine, mine[:1]])
+        return [torch.as_tensor(mine[i:i + batch]) for i in range(0, len(mine), batch)]
+
+    report = audit(loader, world_size=world, epochs=epochs, expected=n, shuffle=shuffle,
+                   in_process=True)
+    doc = json.loads(json.dumps(report.to_dict()))
+    text = repr(report)
+    headline = text.splitlines()[0]
+    problems = [(p["mark"], p["text"]) for p in doc["problems"]]
+    assert problems == report.problems and doc["headline"] == headline
+    marks = {m for m, _ in problems}
+    assert doc["status"] == ("fail" if "✘" in marks else "warn" if "⚠" in marks else "pass")
+    assert doc["exit_status"] == (1 if "✘" in marks else 0)
+    # exactly once: an epoch line fails exactly when a count problem is in the headline
+    failed_epochs = [e["exactly_once"]["ok"] is False for e in doc["epochs"]]
+    counted = [t for m, t in problems if m == "✘" and t.split()[-1] in
+               ("duplicated", "missing", "unexpected")]
+    assert any(failed_epochs) == bool(counted)
+    rows = dict(report.results["order"].rows) if "order" in report.results else {}
+    order_problems = {"order repeats", "similar order across epochs", "not shuffled"}
+    in_headline = {t for _, t in problems} & order_problems
+    finding = doc["order"].get("finding")
+    if shuffle is False or epochs < 2:
+        assert not in_headline
+    else:
+        order_row = rows["order"].splitlines()[0]
+        assert (order_row[0] in "✘⚠") == (finding is not None) == bool(
+            in_headline or "not shuffled" in {t for _, t in problems})
+        if finding is None:
+            assert order_row.endswith("order changes every epoch")
+        assert "order changes every epoch" not in order_row or not in_headline
+    mixing = doc["shuffle"]
+    if mixing is not None and "mixing" in rows:
+        mixing_row = rows["mixing"].splitlines()[0]
+        mixing_problem = {t for _, t in problems} & {"poorly mixed", "mixing unproven",
+                                                     "mixing not measured", "not shuffled"}
+        if mixing_row[0] == "✔":
+            assert mixing["well_mixed"] and not mixing_problem - {"not shuffled"}
+        if mixing_row[0] in "✘⚠":
+            assert mixing_problem
+        assert mixing["order_changes"] == (finding is None)
+    for cause in doc["causes"]:
+        assert all(part in headline for part in cause["finding"].split(" · "))
