@@ -395,6 +395,45 @@ def test_more_losses_than_declared_still_fail():
         in repr(report)
 
 
+def test_fewer_losses_than_declared_say_fewer_not_more():
+    report = audit(drop_last_id, world_size=2, epochs=1, expected=12, in_process=True,
+                   dropped_by_design=3)
+    assert not report.ok
+    assert "found 2 dropped, fewer than declared" in repr(report)
+    assert "more" not in repr(report).splitlines()[1]
+
+
+def offset_ids(rank, world_size, epoch, n=24):
+    return [torch.arange(10_000 + rank, 10_000 + n, world_size)]
+
+
+def test_ids_that_start_anywhere_are_declared_as_a_range():
+    assert audit(offset_ids, world_size=2, epochs=2, expected=range(10_000, 10_024),
+                 in_process=True, shuffle=False).ok
+    wrong = audit(offset_ids, world_size=2, epochs=1, expected=24, in_process=True)
+    assert wrong.problems == [("✘", "24 missing"), ("✘", "24 unexpected")]
+    cause = wrong.causes[0]
+    assert cause.cause == "the ids are the expected ones shifted by +10000"
+    assert "--id-range 10000:10024" in cause.fix
+    short = audit(offset_ids, world_size=2, epochs=1, expected=range(10_000, 10_030),
+                  in_process=True)
+    assert short.problems == [("✘", "6 missing")]
+    assert "missing: 10024, 10025, 10026, 10027, 10028, 10029" in repr(short)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(expected=range(5, 1)), ValueError, "expected as a range"),
+    (dict(expected=range(0, 10, 2)), ValueError, "count up by 1"),
+    (dict(expected=["a", "b", "a"]), ValueError, "the same string id twice"),
+    (dict(with_replacement="yes"), TypeError, "with_replacement must be True or False"),
+    (dict(mixing="chunks"), ValueError, "mixing must be 'sample' or 'chunk:N'"),
+    (dict(dropped_by_design="some"), TypeError, "or 'auto'"),
+])
+def test_bad_expectations_and_modes_get_clear_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        audit(strided, world_size=2, in_process=True, **kwargs)
+
+
 def test_repeats_declared_by_design_read_as_the_trade_off():
     def padded(rank, world_size, epoch):
         return [[0, 1], [2]] if rank == 0 else [[3, 4], [0]]

@@ -141,6 +141,14 @@ def torchrun(*args, timeout=150) -> subprocess.CompletedProcess:
                                                          "is too large to hold"),
         (["{m}:sharded", "--master-port", "1234"], "--master-port: needs --nproc-per-node"),
         (["{m}:sharded", "--ids", "a..b"], "no empty part"),
+        (["{m}:sharded", "--id-range", "5:3"], "--id-range: must be A:B with 0 ≤ A < B"),
+        (["{m}:sharded", "--id-range", "10"], "--id-range: must be A:B"),
+        (["{m}:sharded", "--expected", "5", "--id-range", "0:5"], "not allowed with argument"),
+        (["{m}:sharded", "--ids-file", "no_such_ids.txt"], "--ids-file: cannot read"),
+        (["{m}:sharded", "--mixing", "chunk:0"], "--mixing: must be sample or chunk:N"),
+        (["{m}:sharded", "--mixing", "blocks"], "--mixing: must be sample or chunk:N"),
+        (["{m}:sharded", "--dropped-by-design", "many"], "must be a count N ≥ 0 or auto"),
+        (["{m}:sharded", "--repeated-by-design", "-2"], "must be a count N ≥ 0 or auto"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line_naming_the_problem(project, capsys, args, named):
@@ -396,6 +404,26 @@ def test_ids_point_at_integer_or_string_ids(project, capsys, ids):
     out, _ = capsys.readouterr()
     doc = json.loads(out)
     assert status == 0 and doc["status"] == "pass" and doc["ids"] == f"ids {ids}"
+
+
+def test_ids_declared_as_a_range_or_a_file_of_integers_or_strings(project, capsys, tmp_path):
+    status = audit_cli.main([f"{project}:sharded", "--id-range", "0:20", "--no-shuffle",
+                             "--start-method", "fork", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert status == 0 and doc["expected"] == 20
+    assert doc["expected_note"] == "expected: ids 0..19 (20 per epoch)"
+    numbers = tmp_path / "ids.txt"
+    numbers.write_text("\n".join(map(str, range(22))) + "\n")
+    status = audit_cli.main([f"{project}:sharded", "--ids-file", str(numbers), "--no-shuffle",
+                             "--start-method", "fork", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert status == 1 and doc["epochs"][0]["exactly_once"]["missing"] == [20, 21]
+    keys = tmp_path / "keys.txt"
+    keys.write_text("".join(f"k{i:03d}\n" for i in range(21)))
+    status = audit_cli.main([f"{project}:records", "--ids", "meta.key", "--ids-file",
+                             str(keys), "--no-shuffle", "--start-method", "fork", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert status == 1 and doc["epochs"][0]["exactly_once"]["missing"] == ["k020"]
 
 
 def test_steps_end_an_endless_loader(project, capsys):
