@@ -467,7 +467,10 @@ def test_help_states_the_batch_contract_the_exit_statuses_and_the_json_schema():
                    "my_project.data:make_loader --by-content --expected 50000",
                    "exit status:", "0  every check passed", "1  a check failed",
                    "2  usage", "3  the loader raised, died or hung",
-                   "schema talk_helpers.audit/2", "--steps N", "--reuse-loader"):
+                   "schema talk_helpers.audit/2", "--steps N", "--reuse-loader",
+                   "--id-range 10000:11000", "--ids __key__ --ids-file keys.txt",
+                   "--with-replacement --expected 1000", "--mixing chunk:8",
+                   "--dropped-by-design auto", "causes [{mark"):
         assert needed in text, needed
 
 
@@ -482,15 +485,45 @@ def test_pip_puts_the_command_on_path_beside_python_m():
 # --- the README's example, as written --------------------------------------------------------
 
 
-def readme_example() -> tuple[str, list[list[str]]]:
-    """The README's ``my_project/data.py`` and the audit commands shown after it."""
+def readme_example(which: int = 1) -> tuple[str, list[list[str]]]:
+    """The README's ``which``-th example module (1: ``my_project/data.py``, 2:
+    ``my_project/more.py``) and the audit commands shown after it that use it."""
     text = (ROOT / "README.md").read_text()
     section = text.split("## Check your loader before a long run")[1].split("\n## ")[0]
-    code = section.split("```python\n")[1].split("```")[0]
-    shell = section.split("```bash\n")[1].split("```")[0]
+    code = section.split("```python\n")[which].split("```")[0]
+    shell = section.split("```python\n")[which].split("```bash\n")[1].split("```")[0]
+    module = "my_project.data" if which == 1 else "my_project.more"
     commands = [line.split() for line in shell.splitlines()
-                if line.startswith(".venv/bin/python -m talk_helpers.audit")]
+                if line.startswith(f".venv/bin/python -m talk_helpers.audit {module}:")]
     return code, commands
+
+
+@pytest.mark.distributed
+def test_the_readmes_second_example_passes_as_written_and_fails_without_its_flags(
+        tmp_path, monkeypatch, capsys):
+    code, commands = readme_example(2)
+    assert [c[4] for c in commands] == ["--id-range", "--with-replacement", "--ids",
+                                        "--expected"]
+    (tmp_path / "my_project").mkdir()
+    (tmp_path / "my_project" / "__init__.py").write_text("")
+    (tmp_path / "my_project" / "more.py").write_text(code)
+    for command in commands:
+        out = subprocess.run([sys.executable, *command[1:]], cwd=tmp_path, env=clean_env(),
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, " ".join(command) + "\n" + out.stdout + out.stderr
+        assert out.stdout.startswith("✔ audit of 2 ranks × 2 epochs"), out.stdout
+    # each without the flag that declares what it promises (in this process: faster)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for target, flags, headline in [
+            ("make_offset_loader", ["--expected", "1000", "--shuffle"],
+             "✘ 1000 missing · ✘ 1000 unexpected"),
+            ("make_weighted_loader", ["--expected", "1000"], "duplicated · ✘ "),
+            ("make_chunk_loader", ["--expected", "1000", "--shuffle"], "✘ poorly mixed")]:
+        status = audit_cli.main([f"my_project.more:{target}", *flags, "--start-method",
+                                 "fork"])
+        out = capsys.readouterr().out
+        assert status == 1 and headline in out.splitlines()[0], out
 
 
 @pytest.mark.distributed

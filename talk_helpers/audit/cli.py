@@ -61,6 +61,25 @@ which sample is which (the audit never guesses):
   batches without ids, (images, labels):
     (tensor[32, 3, 224, 224] uint8, tensor[32] int64)
     %(prog)s my_project.data:make_loader --by-content --expected 50000
+
+which samples to expect (default: whatever epoch 0 read):
+  --expected N      ids 0..N-1
+    %(prog)s my_project.data:make_loader --expected 1000
+  --id-range A:B    ids A..B-1
+    %(prog)s my_project.data:make_loader --id-range 10000:11000
+  --ids-file PATH   the ids listed, one per line, integers or strings
+    %(prog)s my_project.data:make_loader --ids __key__ --ids-file keys.txt
+  Missing, unexpected and duplicated ids are named, with the usual cause when the
+  pattern shows one (ids offset by a constant, sources numbered from 0 alike, …).
+
+what the loader promises:
+  --with-replacement  drawn with replacement: judged for coverage and balance
+    %(prog)s my_project.data:make_weighted_loader --with-replacement --expected 1000
+  --mixing chunk:N    a shuffle of chunks of N consecutive ids, judged at that level
+    %(prog)s my_project.data:make_litdata_loader --mixing chunk:8 --shuffle --reuse-loader
+  --dropped-by-design auto   litdata's own drop under DDP, worked out from the library
+    %(prog)s my_project.data:make_litdata_loader --dropped-by-design auto --reuse-loader
+  String ids are judged for mixing in their sorted order (or the order of --ids-file).
 """
 
 EPILOG = """\
@@ -69,19 +88,28 @@ epochs: by default factory(rank, world_size, epoch) is called for every epoch. W
 before each only what --epoch-call names (e.g. sampler.set_epoch), as your loop does.
 Endless loaders need --steps N (batches per rank and epoch).
 
+reports: every line starts with its finding (✔ every sample once, ✘ 25 duplicated ·
+25 missing, ✘ order repeats across epochs, ✘ poorly mixed), the statistics behind it on
+the lines below; a "cause" line names the usual cause of a finding and how the audit
+knows.
+
 exit status:
   0  every check passed (⚠ warnings allowed)
   1  a check failed
   2  usage: a bad argument or target, --expected too large to hold, a factory that
      returns no loader, or batches whose sample ids cannot be told
   3  the loader raised, died or hung (the report names the rank and file:line)
+  With --nproc-per-node the status is the verdict on every run: no rank exits before
+  every rank knows it, and a rank that really dies is 3 and named.
 
 --json prints one document, schema talk_helpers.audit/2: status (pass, warn, fail,
 usage, error), exit_status, headline, problems [{mark, text}], error (null or {kind:
-usage|ids|raised|died|hung, message, rank, where, progress, hint}), world_size,
-n_epochs, steps, ids, expected, epochs [{exactly_once {duplicated_count, missing_count,
+usage|ids|raised|died|hung, message, rank, where, progress, hint}), causes [{mark,
+finding, cause, evidence, fix}], world_size, n_epochs, steps, ids, expected,
+with_replacement, mixing_level, epochs [{exactly_once {duplicated_count, missing_count,
 duplicated, missing, ...}, batches_per_rank, samples_per_rank, samples_per_worker, ...}],
-order, shuffle, checks, target. See the README for every field.
+order {finding, repeats, changes_per_rank}, shuffle, checks, target. See the README for
+every field.
 
 several processes: --nproc-per-node N launches N ranks per machine the way torchrun does
 (add --nnodes, --node-rank, --master-addr, --master-port on several machines) and keeps
