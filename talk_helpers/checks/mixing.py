@@ -87,7 +87,7 @@ __all__ = [
     "ShuffleReport", "StepMixing",
     "shuffle_report", "step_report", "rank_mixing", "batch_mixing", "effective_groups",
     "block_counts", "OrderAcross", "order_across", "mixing_finding", "score_line", "order_line",
-    "spearman",
+    "spearman", "chunk_windows",
 ]
 
 GOOD_MIXING = 0.8      # a score below this, beyond chance, is "poorly mixed"
@@ -392,6 +392,26 @@ class OrderAcross:
     unchanged_rank: list[int]
     spearman: list[float]
     spearman_rank: list[int]
+
+
+def chunk_windows(sequences, chunk: int) -> list:
+    """A chunk-level shuffle's epochs as :func:`step_report` reads them.
+    ``sequences[e][r]``: the storage positions rank ``r`` read in epoch ``e``. Each rank's
+    chunks (``position // chunk``) in the order it first reads them, cut into windows of
+    about the square root of the fewest chunks a rank reads (at least 2)."""
+    require_int("chunk", chunk, minimum=1)
+    orders = []
+    for ranks in sequences:
+        per_rank = []
+        for positions in ranks:
+            chunks = np.asarray(positions, dtype=np.int64) // chunk
+            _, first = np.unique(chunks, return_index=True)
+            per_rank.append(chunks[np.sort(first)])
+        orders.append(per_rank)
+    shortest = min(len(s) for ranks in orders for s in ranks)
+    window = max(2, round(math.sqrt(max(shortest, 1))))
+    return [[[s[i:i + window] for i in range(0, len(s), window)] for s in ranks]
+            for ranks in orders]
 
 
 def order_across(sequences, batch_size: int | None = None) -> OrderAcross:

@@ -29,7 +29,6 @@ about the square root of their number, scored like micro-batches.
 
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
@@ -40,6 +39,7 @@ from talk_helpers.checks import step_report
 from talk_helpers.checks.mixing import (
     GOOD_MIXING,
     POOR_MIXING,
+    chunk_windows,
     mixing_finding,
     order_across,
     order_line,
@@ -405,18 +405,8 @@ def _sampled_epochs(run: AuditRun, storage: dict) -> list:
 
 def _chunk_epochs(run: AuditRun, storage: dict, chunk: int) -> list:
     """Each rank's chunks in the order it first reads them, cut into windows."""
-    sequences = []
-    for e in range(run.n_epochs):
-        ranks = []
-        for rank in run.ranks:
-            chunks = _positions(storage, rank.epochs[e].ids) // chunk
-            _, first = np.unique(chunks, return_index=True)
-            ranks.append(chunks[np.sort(first)])
-        sequences.append(ranks)
-    shortest = min(len(s) for ranks in sequences for s in ranks)
-    window = max(2, round(math.sqrt(max(shortest, 1))))
-    return [[[s[i:i + window] for i in range(0, len(s), window)] for s in ranks]
-            for ranks in sequences]
+    return chunk_windows([[_positions(storage, r.ids) for r in run.epoch(e)]
+                          for e in range(run.n_epochs)], chunk)
 
 
 class EpochRecorder(Recorder):
