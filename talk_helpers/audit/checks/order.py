@@ -130,7 +130,10 @@ class OrderDetail:
         changes = {r: [_changed(run.ranks[r].epochs[e - 1].ids, run.ranks[r].epochs[e].ids)
                        for e in range(1, run.n_epochs)] for r in range(run.world_size)}
         batch = max((int(r.sizes.max()) for r in run.epoch(0) if r.sizes.size), default=1)
-        across = order_across([[r.ids for r in run.epoch(e)] for e in range(run.n_epochs)],
+        # the same whole steps of every epoch, at most MIXING_SAMPLES samples: the order's
+        # statistics cost what the mixing's do, whatever the size of an epoch
+        raw = _sampled_epochs(run, {"ids": None})
+        across = order_across([[_joined(batches) for batches in ranks] for ranks in raw],
                               batch_size=batch)
         stale = any(not all(c) for c in changes.values())
         finding = "repeats" if stale else across.finding
@@ -158,7 +161,7 @@ class OrderDetail:
             finding = shuffle.order_finding    # the chunks' order repeats
         level = f"chunks of {chunk}" if chunk else "sample"
         detail = cls(changes, finding, across, shuffle, how, level, storage)
-        detail.sorted = _in_storage_order(run, storage, chunk)
+        detail.sorted = _in_storage_order(run, storage, chunk, raw[0])
         return detail
 
     @property
@@ -294,16 +297,29 @@ def _copied_ranks(epochs) -> dict[int, int]:
     return found
 
 
-def _in_storage_order(run: AuditRun, storage: dict, chunk: int | None) -> bool:
+def _joined(batches: list) -> np.ndarray:
+    return np.concatenate(batches) if batches else np.empty(0, np.int64)
+
+
+def _in_storage_order(run: AuditRun, storage: dict, chunk: int | None, sampled) -> bool:
     """Every worker of every rank reads epoch 0 in (nearly) storage order: the rank
     correlation of its order with the storage order is at least IN_STORAGE_ORDER (by
-    chunks, each counted where it is first read, with ``chunk``)."""
-    for seen in run.epoch(0):
-        positions = _positions(storage, seen.ids)
+    chunks, each counted where it is first read, with ``chunk``). Judged on the steps the
+    mixing looks at (``sampled[rank]``: epoch 0's batches of ids); every batch with
+    ``chunk``, whose windows need every sample."""
+    for seen, batches in zip(run.epoch(0), sampled, strict=True):
+        if chunk:
+            positions, workers = _positions(storage, seen.ids), seen.workers
+            sizes = seen.sizes
+        else:
+            positions = _positions(storage, _joined(batches))
+            sizes = np.array([len(b) for b in batches], dtype=np.int64)
+            workers = seen.workers[_sampled_steps(run)] if seen.workers.size else seen.workers
         if chunk:
             positions = positions // chunk
-        workers = (np.repeat(seen.workers.astype(np.int64), seen.sizes)
-                   if seen.workers.size else np.zeros(positions.size, np.int64))
+        workers = (np.repeat(workers.astype(np.int64), sizes)
+                   if workers.size == sizes.size and workers.size
+                   else np.zeros(positions.size, np.int64))
         for worker in np.unique(workers):
             mine = positions[workers == worker]
             if chunk:
@@ -383,14 +399,22 @@ def _positions(storage: dict, ids: np.ndarray) -> np.ndarray:
     return out
 
 
-def _sampled_epochs(run: AuditRun, storage: dict) -> list:
-    """Every step, or evenly spaced whole steps when the epochs hold more than
-    MIXING_SAMPLES samples, in storage positions."""
+def _sampled_steps(run: AuditRun) -> np.ndarray | slice:
+    """The steps the order and mixing look at: every step, or evenly spaced whole steps
+    when the epochs hold more than MIXING_SAMPLES samples."""
     steps = min(rank.epochs[e].n_batches for rank in run.ranks for e in range(run.n_epochs))
     per_step = sum(int(rank.epochs[0].sizes[:1].sum()) for rank in run.ranks) or 1
     keep = max(2, MIXING_SAMPLES // per_step)
-    chosen = np.unique(np.linspace(0, steps - 1, keep).round().astype(int)) \
-        if steps > keep else None
+    if steps <= keep:
+        return slice(None)
+    return np.unique(np.linspace(0, steps - 1, keep).round().astype(int))
+
+
+def _sampled_epochs(run: AuditRun, storage: dict) -> list:
+    """Every step, or evenly spaced whole steps when the epochs hold more than
+    MIXING_SAMPLES samples, in storage positions."""
+    chosen = _sampled_steps(run)
+    chosen = None if isinstance(chosen, slice) else chosen
     epochs = []
     for e in range(run.n_epochs):
         ranks = []
