@@ -309,10 +309,10 @@ def _in_storage_order(run: AuditRun, storage: dict, chunk: int | None, sampled) 
     ``chunk``, whose windows need every sample."""
     for seen, batches in zip(run.epoch(0), sampled, strict=True):
         if chunk:
-            positions, workers = _positions(storage, seen.ids), seen.workers
+            positions, workers = storage_positions(storage, seen.ids), seen.workers
             sizes = seen.sizes
         else:
-            positions = _positions(storage, _joined(batches))
+            positions = storage_positions(storage, _joined(batches))
             sizes = np.array([len(b) for b in batches], dtype=np.int64)
             workers = seen.workers[_sampled_steps(run)] if seen.workers.size else seen.workers
         if chunk:
@@ -388,7 +388,7 @@ def natural_key(text: str) -> tuple:
                  for part in re.findall(r"\d+|\D+", text))
 
 
-def _positions(storage: dict, ids: np.ndarray) -> np.ndarray:
+def storage_positions(storage: dict, ids: np.ndarray) -> np.ndarray:
     if storage["ids"] is None:
         return ids.astype(np.int64, copy=False)
     at = np.searchsorted(storage["ids"], ids.astype(np.int64))
@@ -422,14 +422,14 @@ def _sampled_epochs(run: AuditRun, storage: dict) -> list:
             batches = rank.epochs[e].batches
             if chosen is not None:
                 batches = [batches[k] for k in chosen]
-            ranks.append([_positions(storage, b) for b in batches])
+            ranks.append([storage_positions(storage, b) for b in batches])
         epochs.append(ranks)
     return epochs
 
 
 def _chunk_epochs(run: AuditRun, storage: dict, chunk: int) -> list:
     """Each rank's chunks in the order it first reads them, cut into windows."""
-    return chunk_windows([[_positions(storage, r.ids) for r in run.epoch(e)]
+    return chunk_windows([[storage_positions(storage, r.ids) for r in run.epoch(e)]
                           for e in range(run.n_epochs)], chunk)
 
 

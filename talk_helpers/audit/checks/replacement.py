@@ -14,7 +14,8 @@ import numpy as np
 
 from talk_helpers.arguments import is_int
 from talk_helpers.audit.checks.base import AuditRun, Cause, Verdict
-from talk_helpers.audit.checks.exactly_once import SHOWN_IDS, EpochOnce, epoch_report
+from talk_helpers.audit.checks.once import SHOWN_IDS, EpochOnce, epoch_report
+from talk_helpers.audit.checks.order import storage_order, storage_positions
 from talk_helpers.checks.replacement import check_draws
 from talk_helpers.checks.verdict import listing
 
@@ -49,8 +50,6 @@ class EpochDraws(EpochOnce):
 
 
 def judge_draws(run: AuditRun, expected, note: str) -> Verdict:
-    from talk_helpers.audit.checks.order import _positions, storage_order
-
     opts = run.options
     per_epoch = [EpochDraws(e, epoch_report(run, run.ids(e), expected(e, run.ids(e))))
                  for e in range(run.n_epochs)]
@@ -62,7 +61,7 @@ def judge_draws(run: AuditRun, expected, note: str) -> Verdict:
         position = lambda ids: np.searchsorted(every, ids)   # noqa: E731
         unit = 1
     else:
-        position = lambda ids: _positions(storage, ids)   # noqa: E731
+        position = lambda ids: storage_positions(storage, ids)   # noqa: E731
     streams = [[position(r.ids) for r in run.epoch(e)] for e in range(run.n_epochs)]
     if not declared:   # every id drawn is expected: coverage is not judged
         wanted = np.unique(np.concatenate([r for ranks in streams for r in ranks]))
