@@ -174,44 +174,47 @@ def test_each_trial_loader_is_audited_correctly_with_flags_only(capsys, factory,
     assert len(shown) == len(problems), doc["headline"]
     for text, pattern in zip(shown, problems, strict=True):
         assert re.fullmatch(pattern, text), doc["headline"]
+    if (factory, tuple(flags)) in CAUSES:
+        assert_cause(doc, *CAUSES[factory, tuple(flags)])
 
 
-# (factory, flags, the cause named, how the audit knows): each ✘ with a usual cause names it
-CAUSES = [
-    ("offset_ids_short", ["--ids", "sample_id", "--expected", "240", "--no-shuffle"],
-     "the ids are the expected ones shifted by +10000", "--id-range 10000:10240"),
-    ("sampler_without_set_epoch", ["--ids", "idx", "--expected", "400", "--shuffle"],
-     "set_epoch is not called", "the sampler's epoch (sampler.epoch) was 0 at the start of "
-                                "every epoch"),
-    ("rank_stream_unsplit_workers", ["--expected", "96", "--no-shuffle"],
-     "the workers of rank 0 read the same ids", "came from more than one of its workers"),
-    ("concat_colliding", ["--expected", "140", "--shuffle"],
-     "ids collide across sources", "the duplicated ids are exactly 0–39, each read 2 times, "
-                                   "and the missing ones are the top ids 100–139"),
-    ("titan_unsplit", ["--by-content", "--no-shuffle"], "the loader is not split by rank",
-     "rank 0 and rank 1 each read all"),
-    ("webloader_loader", ["--ids", "__key__", "--expected", "32", "--no-shuffle"],
-     "fewer shards than ranks × workers", "the dataset has 4 shards for 6 readers"),
-    ("litdata_loader", ["--expected", "64", "--shuffle"],
-     "litdata's StreamingDataLoader counts its own epochs", "was 1 at the start of every "
-                                                            "epoch"),
-    ("weighted_seeded_alike", ["--with-replacement", "--expected", "500"],
-     "every rank seeds its sampler alike", "drew the same sample at most positions"),
-    ("litdata_drop", ["--expected", "61", "--no-shuffle"], "a drop",
-     "--dropped-by-design auto"),
-    ("resumed_replay_loader", ["--expected", "256", "--shuffle"],
-     "part of an epoch replays the last one's order", "60% of epoch 1's positions hold "
-                                                       "epoch 0's sample"),
-    ("keyed_unshuffled", ["--ids", "__key__", "--expected", "128", "--shuffle"],
-     "batches hold storage neighbours", "each rank's batches score"),
-]
+def test_every_cause_listed_belongs_to_a_case():
+    assert set(CAUSES) <= {(c[0], tuple(c[1])) for c in CASES}
 
 
-@pytest.mark.parametrize("factory, flags, cause, evidence", CAUSES,
-                         ids=[c[0] for c in CAUSES])
-def test_a_finding_with_a_usual_cause_names_it_and_how_the_audit_knows(capsys, factory, flags,
-                                                                       cause, evidence):
-    _, doc = audit_json(capsys, factory, *flags)
+# (factory, flags) of a case above -> (the cause named, how the audit knows): each finding
+# with a usual cause names it, and says what it saw
+CAUSES = {
+    ("offset_ids_short", ("--ids", "sample_id", "--expected", "240", "--shuffle")):
+        ("the ids are the expected ones shifted by +10000", "--id-range 10000:10240"),
+    ("sampler_without_set_epoch", ("--ids", "idx", "--expected", "400", "--shuffle")):
+        ("set_epoch is not called", "the sampler's epoch (sampler.epoch) was 0 at the "
+                                    "start of every epoch"),
+    ("rank_stream_unsplit_workers", ("--expected", "96", "--no-shuffle")):
+        ("the workers of rank 0 read the same ids", "came from more than one of its workers"),
+    ("concat_colliding", ("--expected", "140", "--shuffle")):
+        ("ids collide across sources", "the duplicated ids are exactly 0–39, each read 2 "
+                                       "times, and the missing ones are the top ids 100–139"),
+    ("titan_unsplit", ("--by-content", "--no-shuffle")):
+        ("the loader is not split by rank", "rank 0 and rank 1 each read all"),
+    ("webloader_loader", ("--ids", "__key__", "--expected", "32", "--no-shuffle")):
+        ("fewer shards than ranks × workers", "the dataset has 4 shards for 6 readers"),
+    ("weighted_seeded_alike", ("--with-replacement", "--expected", "500")):
+        ("every rank seeds its sampler alike", "drew the same sample at most positions"),
+    ("litdata_drop", ("--expected", "61", "--no-shuffle")):
+        ("a drop", "--dropped-by-design auto"),
+    ("resumed_replay_loader", ("--expected", "256", "--shuffle")):
+        ("part of an epoch replays the last one's order", "60% of epoch 1's positions hold "
+                                                          "epoch 0's sample"),
+    ("keyed_unshuffled", ("--ids", "__key__", "--expected", "128", "--shuffle")):
+        ("batches hold storage neighbours", "each rank's batches score"),
+    ("litdata_unshuffled_chunks", ("--expected", "256", "--shuffle", "--reuse-loader",
+                                   "--mixing", "chunk:4")):
+        ("the loader reads in storage order every epoch", "each worker's in storage order"),
+}
+
+
+def assert_cause(doc: dict, cause: str, evidence: str) -> None:
     found = [c for c in doc["causes"] if cause in c["cause"]]
     assert len(found) == 1, doc["causes"]
     assert evidence in found[0]["evidence"] + " " + (found[0]["fix"] or "")
@@ -290,3 +293,5 @@ def test_litdata_keeps_its_own_epoch_so_only_a_reused_loader_shows_its_order_cha
     for doc in (fresh, reused):
         assert doc["exit_status"] == 1 and "poorly mixed" in failures(doc)
     assert failures(fresh) == ["order repeats", "poorly mixed"]
+    assert_cause(fresh, "litdata's StreamingDataLoader counts its own epochs",
+                 "was 1 at the start of every epoch")
