@@ -385,8 +385,9 @@ def _labelled(label: str, entry: str) -> str:
         return entry
     first, _, rest = entry.partition("\n")
     if first[:1] in "✔✘⚠·" and first[1:2] == " ":
-        first = f"{first[:2]}{label}: {first[2:]}"
-    else:
+        if not first[2:].startswith(label):   # not "mixing: mixing unproven"
+            first = f"{first[:2]}{label}: {first[2:]}"
+    elif not first.startswith(label):
         first = f"{label}: {first}"
     return first + ("\n" + rest if rest else "")
 
