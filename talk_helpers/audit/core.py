@@ -7,18 +7,24 @@ batch (:mod:`talk_helpers.audit.sample_ids`: never guessed) and runs every check
 :data:`talk_helpers.audit.checks.CHECKS` over what the ranks saw together:
 
 * **exactly once** — over the union of all ranks (and so of all their workers): no
-  duplicates, nothing missing; ids dropped or repeated *by design* are named as the
-  trade-off they are;
+  duplicates, nothing missing, nothing unexpected, against ids declared as a count, a
+  range or a list (by default epoch 0's); ids dropped or repeated *by design* are named as
+  the trade-off they are (``"auto"``: the library's own rule); with ``with_replacement``,
+  coverage and balance instead;
 * **batches per rank** — equal on every rank, or DDP would block at the first step one
   rank no longer takes;
 * **batch sizes** — when ``batch_size`` is given, partial or oversized batches;
 * **order** — whether each rank's order changes across epochs and how well the order a
-  training step sees is mixed (judged with ``shuffle=True``, ⚠ by default);
-* **samples per worker** — for a DataLoader with workers, recorded inside the workers; a
-  worker that reads nothing is flagged ⚠ idle.
+  training step sees is mixed (judged with ``shuffle=True``, ⚠ by default), at the level
+  the loader promises (``mixing="chunk:N"``);
+* **samples per worker** — for a DataLoader with workers (also inside the loaders built on
+  one), recorded inside the workers; a worker that reads nothing is flagged ⚠ idle.
 
 The :class:`~talk_helpers.audit.report.AuditReport` says ✔, ⚠ or ✘ with every problem in
-its headline; ``report.exit_status`` is what the command line exits with.
+its headline, each finding first and the statistics behind it after, the usual cause of a
+finding and how the audit knows (``report.causes``); ``report.exit_status`` is what the
+command line exits with. A failed audit's report shows why; what a later cell reads from
+it raises :class:`~talk_helpers.audit.report.AuditFailed`.
 """
 
 from __future__ import annotations
