@@ -958,3 +958,24 @@ def test_headline_rows_and_json_tell_one_story(world, epochs, n, batch, shuffle,
         assert mixing["order_changes"] == (finding is None)
     for cause in doc["causes"]:
         assert all(part in headline for part in cause["finding"].split(" · "))
+
+
+def test_each_line_starts_with_its_finding_and_the_statistics_follow_in_words():
+    report = audit(all_ids, world_size=2, epochs=2, expected=14, in_process=True,
+                   shuffle=True)
+    lines = repr(report).splitlines()
+    at = lines.index("  epoch 0  ✘ 12 duplicated · 2 missing")
+    assert lines[at + 1:at + 4] == [
+        "             14 expected · 12 unique · 24 read in all",
+        "             duplicated: 0 ×2, 1 ×2, 2 ×2, 3 ×2, 4 ×2, 5 ×2, … (+6 more)",
+        "             missing: 12, 13"]
+    assert "Spearman" not in repr(report) and "rank correlation between epochs" in repr(report)
+    html = report._repr_html_()
+    assert "✘ 12 duplicated · 2 missing<div" in html
+    assert "<small>14 expected · 12 unique · 24 read in all</small>" in html
+    good = audit(functools.partial(strided, n=64, batch_size=4, shuffle=True), world_size=2,
+                 epochs=3, expected=64, in_process=True, shuffle=True)
+    rows = dict(good.results["order"].rows)
+    assert rows["mixing"].splitlines()[0] == "✔ well mixed"
+    assert rows["mixing"].splitlines()[1].startswith("mixing score ")
+    assert "a uniform shuffle scores about 1 ± " in rows["mixing"]
