@@ -191,7 +191,8 @@ CAUSES = {
         ("set_epoch is not called", "the sampler's epoch (sampler.epoch) was 0 at the "
                                     "start of every epoch"),
     ("rank_stream_unsplit_workers", ("--expected", "96", "--no-shuffle")):
-        ("the workers of rank 0 read the same ids", "came from more than one of its workers"),
+        ("the workers of every rank read the same ids", "came from more than one of its "
+                                                        "workers"),
     ("concat_colliding", ("--expected", "140", "--shuffle")):
         ("ids collide across sources", "the duplicated ids are exactly 0–39, each read 2 "
                                        "times, and the missing ones are the top ids 100–139"),
@@ -208,6 +209,8 @@ CAUSES = {
                                                           "epoch 0's sample"),
     ("keyed_unshuffled", ("--ids", "__key__", "--expected", "128", "--shuffle")):
         ("batches hold storage neighbours", "each rank's batches score"),
+    ("clip_resampled", ("--ids", "__key__", "--expected", "32", "--no-shuffle")):
+        ("repeats and gaps that change every epoch", "--with-replacement"),
     ("litdata_unshuffled_chunks", ("--expected", "256", "--shuffle", "--reuse-loader",
                                    "--mixing", "chunk:4")):
         ("the loader reads in storage order every epoch", "each worker's in storage order"),

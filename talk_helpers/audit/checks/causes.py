@@ -28,10 +28,12 @@ def span(ids: np.ndarray, name) -> str:
 
 def once_causes(run: AuditRun, epoch: int, report, wanted) -> list[Cause]:
     """The usual cause of duplicated, missing or unexpected ids in ``epoch``."""
-    found = (_offset(run, report, wanted) or _ranks_not_split(run, epoch, report)
-             or _workers_not_split(run, epoch, report) or _sources_collide(run, report)
+    found = (_offset(run, report, wanted) or _redrawn(run, report, wanted)
+             or _ranks_not_split(run, epoch, report) or _workers_not_split(run, epoch, report)
+             or _sources_collide(run, report)
              or _shares_overlap(run, epoch, report) or _padding(run, report)
-             or _dropped(run, report) or _unseen_workers(run, epoch, report))
+             or _dropped(run, report) or _unseen_workers(run, epoch, report)
+             or _reread(run, epoch, report))
     return [found] if found else []
 
 
@@ -86,8 +88,45 @@ def _worker_ids(seen) -> np.ndarray | None:
     return np.repeat(seen.workers.astype(np.int64), seen.sizes)
 
 
+def _redrawn(run: AuditRun, report, wanted) -> Cause | None:
+    """Repeats and gaps whose counts change from epoch to epoch, and ids read again within
+    one rank: random draws with replacement, not a split that is wrong the same way every
+    epoch."""
+    if run.n_epochs < 2 or run.options.with_replacement:
+        return None
+    from talk_helpers.audit.checks.once import epoch_report
+
+    counts = []
+    for e in range(run.n_epochs):
+        once = epoch_report(run, run.ids(e), wanted)
+        counts.append((once.duplicated_count, once.missing_count))
+    if len(set(counts)) < 2:
+        return None
+    shown = "; ".join(f"epoch {e}: {d} duplicated, {m} missing"
+                      for e, (d, m) in enumerate(counts[:4]))
+    within = max(int((np.unique(r.ids, return_counts=True)[1] > 1).sum())
+                 for e in range(run.n_epochs) for r in run.epoch(e))
+    if within:
+        return Cause(
+            "✘", _finding(report),
+            "draws with replacement (resampled shards, a sampler with replacement=True): "
+            "repeats and gaps that change every epoch",
+            f"{shown}; a rank read {within} ids again within one epoch",
+            "if it draws with replacement by design, judge it for that: --with-replacement "
+            "(with_replacement=True)")
+    return Cause(
+        "✘", _finding(report),
+        "each rank draws a random share of its own: repeats and gaps that change every "
+        "epoch (a shuffle seeded by rank, or draws with replacement)",
+        shown,
+        "shuffle with a seed every rank shares (seed + epoch), then split; if it draws with "
+        "replacement by design: --with-replacement")
+
+
 def _workers_not_split(run: AuditRun, epoch: int, report) -> Cause | None:
-    """The workers of one rank read the same ids."""
+    """The workers of every rank read the same ids (a split forgotten, the same in every
+    rank, not the chance of random draws)."""
+    found = []
     for r, seen in enumerate(run.epoch(epoch)):
         workers = _worker_ids(seen)
         if workers is None or seen.num_workers < 2:
@@ -96,18 +135,22 @@ def _workers_not_split(run: AuditRun, epoch: int, report) -> Cause | None:
         ids, times = np.unique(pairs[0], return_counts=True)
         shared = ids[times > 1]
         if shared.size < NEARLY_ALL * ids.size or not shared.size:
-            continue
-        first = shared[0]
-        readers = pairs[1][pairs[0] == first].tolist()
-        return Cause(
-            "✘", _finding(report),
-            f"the workers of rank {r} read the same ids: the dataset is split by rank but "
-            "not by worker",
-            f"{shared.size} of the {ids.size} ids rank {r} read came from more than one of its "
-            f"workers (id {run.id_text(first)}: workers {', '.join(map(str, readers))})",
-            "split each rank's share over its workers too: get_worker_info() in __iter__ "
-            "(id and num_workers), or a library's split by worker")
-    return None
+            return None
+        found.append((r, shared, ids, pairs))
+    if not found:
+        return None
+    r, shared, ids, pairs = found[0]
+    first = shared[0]
+    readers = pairs[1][pairs[0] == first].tolist()
+    ranks = "rank 0" if len(found) == 1 else "every rank"
+    return Cause(
+        "✘", _finding(report),
+        f"the workers of {ranks} read the same ids: the dataset is split by rank but not "
+        "by worker",
+        f"{shared.size} of the {ids.size} ids rank {r} read came from more than one of its "
+        f"workers (id {run.id_text(first)}: workers {', '.join(map(str, readers))})",
+        "split each rank's share over its workers too: get_worker_info() in __iter__ "
+        "(id and num_workers), or a library's split by worker")
 
 
 def _sources_collide(run: AuditRun, report) -> Cause | None:
@@ -161,7 +204,8 @@ def _padding(run: AuditRun, report) -> Cause | None:
         "✘", _finding(report),
         "padding: the loader repeats a few samples so that every rank gets as many "
         "(DistributedSampler does, with drop_last=False)",
-        f"{extra} extra reads, fewer than the {run.world_size} ranks",
+        f"{extra} extra read{'' if extra == 1 else 's'}, fewer than the {run.world_size} "
+        "ranks",
         f"if that is your loader's design, declare it: --repeated-by-design {extra} "
         f"(repeated_by_design={extra})")
 
@@ -185,20 +229,36 @@ def _dropped(run: AuditRun, report) -> Cause | None:
 
 
 def _unseen_workers(run: AuditRun, epoch: int, report) -> Cause | None:
-    """A rank reads ids more than once and its workers could not be counted."""
+    """A rank reads ids more than once and has workers the audit could not count."""
     if not report.duplicated_count:
         return None
     for r, seen in enumerate(run.epoch(epoch)):
         ids, times = np.unique(seen.ids, return_counts=True)
-        if (times > 1).any() and _worker_ids(seen) is None:
-            why = seen.workers_note or "its loader has no DataLoader workers the audit sees"
+        if (times > 1).any() and seen.workers_note:
             return Cause(
                 "✘", _finding(report),
-                f"rank {r} reads some ids more than once itself: if it has DataLoader "
-                "workers, each may read the whole share",
-                f"{int((times > 1).sum())} ids read twice or more within rank {r}; workers "
-                f"{why.removeprefix('not counted: ')}",
+                f"rank {r} reads some ids more than once itself: its DataLoader workers may "
+                "each read the whole share",
+                f"{int((times > 1).sum())} ids read twice or more within rank {r}, whose "
+                f"workers are {seen.workers_note}",
                 "split the share over the workers: get_worker_info() in __iter__")
+    return None
+
+
+def _reread(run: AuditRun, epoch: int, report) -> Cause | None:
+    """A rank reads ids again, some more often than others: draws with replacement."""
+    for r, seen in enumerate(run.epoch(epoch)):
+        _, times = np.unique(seen.ids, return_counts=True)
+        again = times[times > 1]
+        if again.size and again.min() != again.max():
+            return Cause(
+                "✘", _finding(report),
+                f"rank {r} draws some samples again, some more often than others: draws with "
+                "replacement (resampled shards, a sampler with replacement=True)",
+                f"{again.size} ids read again within rank {r}, from {int(again.min())} to "
+                f"{int(again.max())} times each",
+                "if it draws with replacement by design, judge it for that: --with-replacement "
+                "(with_replacement=True)")
     return None
 
 
