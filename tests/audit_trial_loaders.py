@@ -155,8 +155,11 @@ def clip_loader(rank, world_size, epoch, *, split=True, resampled=False):
     warnings.filterwarnings("ignore", message=".*shardshuffle.*")
     urls = clip_shards()
     if resampled:
-        ds = wds.WebDataset(urls, resampled=True, shardshuffle=True, seed=rank,
+        ds = wds.WebDataset(urls, resampled=True, shardshuffle=False, seed=rank,
                             nodesplitter=None).with_epoch(8)
+        # the same draws on every run: ResampledShards.__iter__ mixes the pid, the time and
+        # os.urandom into its seed unless deterministic (webdataset/shardlists.py)
+        ds.pipeline[0].deterministic = True
     else:
         ds = wds.WebDataset(urls, shardshuffle=False, empty_check=False,
                             nodesplitter=wds.split_by_node if split else (lambda u: u))

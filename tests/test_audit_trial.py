@@ -169,7 +169,7 @@ CASES = [
 def test_each_trial_loader_is_audited_correctly_with_flags_only(capsys, factory, flags,
                                                                status, problems):
     found, doc = audit_json(capsys, factory, *flags)
-    assert found == status == doc["exit_status"], doc["headline"]
+    assert found == status == doc["exit_status"], (doc["headline"], doc["error"])
     shown = failures(doc)
     assert len(shown) == len(problems), doc["headline"]
     for text, pattern in zip(shown, problems, strict=True):
@@ -210,7 +210,7 @@ CAUSES = {
     ("keyed_unshuffled", ("--ids", "__key__", "--expected", "128", "--shuffle")):
         ("batches hold storage neighbours", "each rank's batches score"),
     ("clip_resampled", ("--ids", "__key__", "--expected", "32", "--no-shuffle")):
-        ("repeats and gaps that change every epoch", "--with-replacement"),
+        ("with replacement", "--with-replacement"),
     ("litdata_unshuffled_chunks", ("--expected", "256", "--shuffle", "--reuse-loader",
                                    "--mixing", "chunk:4")):
         ("the loader reads in storage order every epoch", "each worker's in storage order"),

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from talk_helpers.audit.checks.base import AuditRun, Cause
+from talk_helpers.checks.mixing import GOOD_MIXING
 
-__all__ = ["idle_cause", "once_causes", "order_cause", "span"]
+__all__ = ["idle_cause", "once_causes", "order_cause", "order_causes", "span"]
 
 NEARLY_ALL = 0.9    # a rank reading this share of every id reads "the same ids"
 
@@ -187,11 +188,12 @@ def _shares_overlap(run: AuditRun, epoch: int, report) -> Cause | None:
         return None
     return Cause(
         "✘", _finding(report),
-        "the ranks' shares overlap and leave gaps: each rank cuts its share from an order "
-        "of its own (a shuffle seeded by rank?)",
+        "the ranks' shares overlap and leave gaps: each rank draws a random share of its "
+        "own (a shuffle seeded by rank, or draws with replacement)",
         f"{across.size} ids were read by more than one rank, and {report.missing_count} by "
         "none",
-        "shuffle with a seed every rank shares (seed + epoch), then split")
+        "shuffle with a seed every rank shares (seed + epoch), then split; if it draws with "
+        "replacement by design: --with-replacement")
 
 
 def _padding(run: AuditRun, report) -> Cause | None:
@@ -260,6 +262,52 @@ def _reread(run: AuditRun, epoch: int, report) -> Cause | None:
                 "if it draws with replacement by design, judge it for that: --with-replacement "
                 "(with_replacement=True)")
     return None
+
+
+def order_causes(run: AuditRun, detail, mark: str, epochs_seen) -> list[Cause]:
+    """The usual causes of the order and mixing findings of an ``order.OrderDetail``."""
+    out = []
+    if detail.not_shuffled:
+        out.append(Cause(
+            mark, "not shuffled", "the loader reads in storage order every epoch "
+            "(shuffle=False, a sequential sampler, an iterable dataset read in file order)",
+            "every epoch in the same order, each worker's in storage order, its batches "
+            f"storage neighbours (mixing score {detail.shuffle.mixing:.2f})",
+            "shuffle: DataLoader(shuffle=True), DistributedSampler(shuffle=True) with "
+            "set_epoch, or a shuffle buffer for an iterable dataset"))
+        return out
+    if detail.finding == "repeats":
+        exact = any(not all(c) for c in detail.changes.values())
+        out.append(order_cause(run, "order repeats", mark, epochs_seen, detail.across, exact))
+    elif detail.finding == "similar":
+        out.append(Cause(
+            mark, "similar order across epochs", "each epoch moves samples only a little "
+            "from the last one's order (a small shuffle buffer, or a shuffle within a "
+            "window)", "the rank correlation between consecutive epochs is "
+            f"{max(detail.across.spearman, key=abs):+.2f} (unrelated orders: about 0)",
+            "shuffle the whole epoch (or larger windows), with a new seed every epoch"))
+    if detail.mixing_problem() == "poorly mixed":
+        out.append(_mixing_cause(detail, mark))
+    return out
+
+
+def _mixing_cause(detail, mark: str) -> Cause:
+    """Why batches hold storage neighbours: each rank's own block, or chunks and shards."""
+    s = detail.shuffle
+    ranks = ", ".join(f"{v:.2f}" for v in s.rank_scores)
+    evidence = (f"each rank's batches score {ranks}; all ranks' batches of one step together "
+                f"{s.step_score:.2f} (a uniform shuffle: about 1)")
+    if min(s.rank_scores) < GOOD_MIXING <= s.step_score:
+        return Cause(mark, "poorly mixed", "each rank's batches come from its own part of "
+                     "the data: each rank (or worker) shuffles only its own block",
+                     evidence, "shuffle before splitting: one order every rank shares "
+                     "(seed + epoch), then each rank takes its slice")
+    fix = ("shuffle across chunks and shards (a larger buffer, interleaved shards); if your "
+           "loader promises a chunk-level shuffle, judge it at that level: --mixing chunk:N")
+    if detail.level != "sample":
+        fix = "shuffle the chunks themselves, with a new seed every epoch"
+    return Cause(mark, "poorly mixed", "batches hold storage neighbours: a shuffle within "
+                 "chunks or shards only, or a buffer smaller than a shard", evidence, fix)
 
 
 def order_cause(run: AuditRun, finding: str, mark: str, epochs_seen, across=None,

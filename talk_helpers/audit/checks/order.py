@@ -33,11 +33,10 @@ import re
 
 import numpy as np
 
-from talk_helpers.audit.checks.base import AuditRun, Cause, Check, Recorder, Verdict
-from talk_helpers.audit.checks.causes import order_cause
+from talk_helpers.audit.checks.base import AuditRun, Check, Recorder, Verdict
+from talk_helpers.audit.checks.causes import order_causes
 from talk_helpers.checks import step_report
 from talk_helpers.checks.mixing import (
-    GOOD_MIXING,
     POOR_MIXING,
     chunk_windows,
     mixing_finding,
@@ -70,29 +69,7 @@ class Order(Check):
                 out.problems.append((mark, problem))
             if expect and run.n_epochs < 2:
                 out.problems.append(("✘", "order not judged: shuffle=True needs epochs ≥ 2"))
-            if detail.not_shuffled:
-                out.causes.append(Cause(
-                    mark, "not shuffled", "the loader reads in storage order every epoch "
-                    "(shuffle=False, a sequential sampler, an iterable dataset read in file "
-                    "order)", "every epoch in the same order, each worker's in storage "
-                    "order, its batches storage neighbours (mixing score "
-                    f"{detail.shuffle.mixing:.2f})",
-                    "shuffle: DataLoader(shuffle=True), DistributedSampler(shuffle=True) with "
-                    "set_epoch, or a shuffle buffer for an iterable dataset"))
-            elif detail.finding == "repeats":
-                exact = any(not all(c) for c in detail.changes.values())
-                out.causes.append(order_cause(run, "order repeats", mark,
-                                              run.recordings(self.name), detail.across,
-                                              exact))
-            elif detail.finding == "similar":
-                out.causes.append(Cause(
-                    mark, "similar order across epochs", "each epoch moves samples only a "
-                    "little from the last one's order (a small shuffle buffer, or a shuffle "
-                    "within a window)", "the rank correlation between consecutive epochs is "
-                    f"{max(detail.across.spearman, key=abs):+.2f} (unrelated orders: about 0)",
-                    "shuffle the whole epoch (or larger windows), with a new seed every epoch"))
-            if detail.mixing_problem() == "poorly mixed" and not detail.not_shuffled:
-                out.causes.append(mixing_cause(detail, mark))
+            out.causes += order_causes(run, detail, mark, run.recordings(self.name))
         out.rows = detail.rows(expect, run)
         shuffle = detail.shuffle
         out.data = {
@@ -328,25 +305,6 @@ def _in_storage_order(run: AuditRun, storage: dict, chunk: int | None, sampled) 
             if mine.size >= 2 and spearman(mine, np.arange(mine.size)) < IN_STORAGE_ORDER:
                 return False
     return True
-
-
-def mixing_cause(detail: OrderDetail, mark: str) -> Cause:
-    """Why batches hold storage neighbours: each rank's own block, or chunks and shards."""
-    s = detail.shuffle
-    ranks = ", ".join(f"{v:.2f}" for v in s.rank_scores)
-    evidence = (f"each rank's batches score {ranks}; all ranks' batches of one step together "
-                f"{s.step_score:.2f} (a uniform shuffle: about 1)")
-    if min(s.rank_scores) < GOOD_MIXING <= s.step_score:
-        return Cause(mark, "poorly mixed", "each rank's batches come from its own part of "
-                     "the data: each rank (or worker) shuffles only its own block",
-                     evidence, "shuffle before splitting: one order every rank shares "
-                     "(seed + epoch), then each rank takes its slice")
-    fix = ("shuffle across chunks and shards (a larger buffer, interleaved shards); if your "
-           "loader promises a chunk-level shuffle, judge it at that level: --mixing chunk:N")
-    if detail.level != "sample":
-        fix = "shuffle the chunks themselves, with a new seed every epoch"
-    return Cause(mark, "poorly mixed", "batches hold storage neighbours: a shuffle within "
-                 "chunks or shards only, or a buffer smaller than a shard", evidence, fix)
 
 
 def _changed(before: np.ndarray, after: np.ndarray) -> bool:
