@@ -332,7 +332,7 @@ def test_the_launcher_passes_a_failed_check_as_exit_status_1(project):
 
 # How many runs the repeat test makes, quiet and under load (AUDIT_EXIT_REPEATS=100 for the
 # long form); each run starts two ranks that import torch, a few seconds apiece.
-EXIT_REPEATS = int(os.environ.get("AUDIT_EXIT_REPEATS", "6"))
+EXIT_REPEATS = int(os.environ.get("AUDIT_EXIT_REPEATS", "10"))
 
 
 @pytest.mark.distributed
