@@ -1,8 +1,11 @@
 """Loaders modelled on what people train with, each as ``factory(rank, world_size, epoch)``
 the audit runs unchanged, some with a planted bug whose effect is known.
 
-Data are generated locally on first use (small images, tar shards, a CSV, token files, a
-litdata folder) into one temporary folder, written atomically so that ranks may race.
+Data are generated locally (small images, tar shards, a CSV, token files, a litdata
+folder) into the folder ``$AUDIT_TRIAL_DATA`` names (the tests make one per session and
+build every file in it before any rank starts, :func:`build_all`), else into a private
+temporary folder. Each file, and the image folder as a whole, is written under a
+temporary name and renamed into place, so that ranks that race never see half of one.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
 from torch.utils.data import get_worker_info as worker_info
 
-DATA = os.path.join(tempfile.gettempdir(), "talk_helpers_audit_trial")
+DATA = os.environ.get("AUDIT_TRIAL_DATA") or tempfile.mkdtemp(prefix="audit-trial-")
 
 
 def _atomic(path: str, write) -> str:
@@ -31,6 +34,36 @@ def _atomic(path: str, write) -> str:
         write(tmp)
         os.replace(tmp, path)
     return path
+
+
+def _atomic_folder(path: str, fill) -> str:
+    """``fill(tmp_folder)`` then rename the whole folder to ``path``, unless it exists: a
+    rank listing ``path`` sees every file or no folder at all."""
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=os.path.basename(path) + ".", dir=os.path.dirname(path))
+        fill(tmp)
+        try:
+            os.rename(tmp, path)
+        except OSError:   # another process renamed its own first: the same content
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def build_all() -> None:
+    """Every file the loaders read, built once, before any rank starts."""
+    clip_shards()
+    clip_shards(8, 16, name="keyed")
+    keys_file()
+    image_folder()
+    token_file()
+    csv_file()
+    from talk_helpers.libraries.litdata_loaders import litdata_dir
+
+    for n, chunk in ((64, 8), (256, 4), (61, 8)):
+        litdata_dir(n, chunk)
 
 
 def _documents(n: int) -> list[str]:
@@ -87,7 +120,7 @@ def titan_loader(rank, world_size, epoch, *, infinite=False, split=True, dicts=F
 # --- 3. OpenCLIP-style WebDataset: image/text pairs with __key__, optionally resampled -----
 
 
-def clip_shards(n_shards=4, per_shard=8) -> list[str]:
+def clip_shards(n_shards=4, per_shard=8, name="clip") -> list[str]:
     from PIL import Image
 
     def write(i):
@@ -104,7 +137,7 @@ def clip_shards(n_shards=4, per_shard=8) -> list[str]:
                         info = tarfile.TarInfo(f"{key}.{ext}")
                         info.size, info.mtime = len(data), 0
                         tar.addfile(info, io.BytesIO(data))
-        return _atomic(os.path.join(DATA, "clip", f"shard-{i:03d}.tar"), fill)
+        return _atomic(os.path.join(DATA, name, f"shard-{i:03d}.tar"), fill)
 
     return [write(i) for i in range(n_shards)]
 
@@ -122,8 +155,11 @@ def clip_loader(rank, world_size, epoch, *, split=True, resampled=False):
     warnings.filterwarnings("ignore", message=".*shardshuffle.*")
     urls = clip_shards()
     if resampled:
-        ds = wds.WebDataset(urls, resampled=True, shardshuffle=True, seed=rank,
+        ds = wds.WebDataset(urls, resampled=True, shardshuffle=False, seed=rank,
                             nodesplitter=None).with_epoch(8)
+        # the same draws on every run: ResampledShards.__iter__ mixes the pid, the time and
+        # os.urandom into its seed unless deterministic (webdataset/shardlists.py)
+        ds.pipeline[0].deterministic = True
     else:
         ds = wds.WebDataset(urls, shardshuffle=False, empty_check=False,
                             nodesplitter=wds.split_by_node if split else (lambda u: u))
@@ -137,14 +173,15 @@ def clip_loader(rank, world_size, epoch, *, split=True, resampled=False):
 def image_folder(n=101, classes=3) -> str:
     from PIL import Image
 
-    root = os.path.join(DATA, f"images-{n}")
-    for i in range(n):
-        def fill(tmp, i=i):
+    def fill(folder):
+        for i in range(n):
             pixels = np.random.default_rng(i).integers(0, 256, (8, 8, 3), dtype=np.uint8)
-            with open(tmp, "wb") as out:
+            os.makedirs(os.path.join(folder, f"class_{i % classes}"), exist_ok=True)
+            with open(os.path.join(folder, f"class_{i % classes}", f"img_{i:04d}.png"),
+                      "wb") as out:
                 Image.fromarray(pixels).save(out, format="PNG")
-        _atomic(os.path.join(root, f"class_{i % classes}", f"img_{i:04d}.png"), fill)
-    return root
+
+    return _atomic_folder(os.path.join(DATA, f"images-{n}"), fill)
 
 
 class ImageFolderLike(Dataset):
@@ -496,6 +533,182 @@ def hf_iterable_loader(rank, world_size, epoch, *, split=True):
     return DataLoader(stream.with_format("torch"), batch_size=6, num_workers=2)
 
 
+# --- 17. Ids that do not start at 0: a shard numbered from 10 000 ------------------------
+
+
+class OffsetRecords(Dataset):
+    """240 records numbered 10 000 + i, as the second shard of a larger set would be."""
+
+    def __len__(self):
+        return 240
+
+    def __getitem__(self, i):
+        return {"sample_id": 10_000 + i, "x": torch.zeros(2)}
+
+
+def offset_ids_loader(rank, world_size, epoch, *, skip_tail=False):
+    ds = OffsetRecords()
+    sampler = DistributedSampler(ds, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    sampler.set_epoch(epoch)
+    batches = DataLoader(ds, batch_size=8, sampler=sampler)
+    if skip_tail:   # a bug: every rank stops one batch early, in epoch 0 as in the others
+        return list(batches)[:-1]
+    return batches
+
+
+# --- 18. A resumed StatefulDataLoader whose next epoch replays part of the last ----------
+
+
+def resumed_replay_loader(rank, world_size, epoch, n=256):
+    """A job resumed from a stale checkpoint: epoch 1 reads the first 60% of epoch 0's
+    order again, then the rest in a new order."""
+    first = np.random.default_rng(0).permutation(n)
+    if epoch == 0:
+        order = first
+    else:
+        keep = int(0.6 * n)
+        order = np.concatenate([first[:keep],
+                                np.random.default_rng(epoch).permutation(first[keep:])])
+    mine = torch.from_numpy(order[rank::world_size])
+    return list(mine.split(8))
+
+
+# --- 19. DistributedSampler whose set_epoch is never called -------------------------------
+
+
+def sampler_loader(rank, world_size, epoch, *, set_epoch=True, n=400):
+    ds = Features400()
+    sampler = DistributedSampler(ds, num_replicas=world_size, rank=rank, shuffle=True, seed=1)
+    if set_epoch:
+        sampler.set_epoch(epoch)
+    return DataLoader(ds, batch_size=10, sampler=sampler)
+
+
+class Features400(Dataset):
+    def __len__(self):
+        return 400
+
+    def __getitem__(self, i):
+        return {"idx": i, "x": torch.full((2,), float(i))}
+
+
+# --- 20. An IterableDataset split by rank, and maybe not by worker ------------------------
+
+
+class RankStream(IterableDataset):
+    """Rows ``rank::world_size`` of 96, split over workers unless ``split_workers`` is off
+    (the bug: every worker of a rank reads the rank's whole share)."""
+
+    def __init__(self, rank, world_size, split_workers=True):
+        self.rank, self.world_size, self.split_workers = rank, world_size, split_workers
+
+    def __iter__(self):
+        mine = list(range(self.rank, 96, self.world_size))
+        info = worker_info()
+        if self.split_workers and info is not None:
+            mine = mine[info.id::info.num_workers]
+        yield from mine
+
+
+def rank_stream_loader(rank, world_size, epoch, *, split_workers=True):
+    return DataLoader(RankStream(rank, world_size, split_workers), batch_size=8,
+                      num_workers=2)
+
+
+# --- 21. ConcatDataset of two sources that each number their samples from 0 ---------------
+
+
+class Source(Dataset):
+    def __init__(self, n, offset=0):
+        self.n, self.offset = n, offset
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return {"id": self.offset + i, "text": f"sample {i}"}
+
+
+def concat_loader(rank, world_size, epoch, *, offsets=True):
+    from torch.utils.data import ConcatDataset
+
+    ds = ConcatDataset([Source(100), Source(40, offset=100 if offsets else 0)])
+    sampler = DistributedSampler(ds, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    sampler.set_epoch(epoch)
+    return DataLoader(ds, batch_size=10, sampler=sampler)
+
+
+# --- 22. webdataset's WebLoader: more workers than a rank has shards ----------------------
+
+
+def webloader_loader(rank, world_size, epoch, *, workers=3):
+    import warnings
+
+    import webdataset as wds
+
+    warnings.filterwarnings("ignore", message=".*shardshuffle.*")
+    ds = (wds.WebDataset(clip_shards(), shardshuffle=False, empty_check=False,
+                         nodesplitter=wds.split_by_node)
+          .decode("rgb8").map(_clip_sample))
+    return wds.WebLoader(ds, batch_size=4, num_workers=workers)
+
+
+# --- 23. WeightedRandomSampler with replacement, seeded per rank or alike ----------------
+
+
+def weighted_loader(rank, world_size, epoch, *, seeded_alike=False, n=500):
+    from torch.utils.data import WeightedRandomSampler
+
+    generator = torch.Generator().manual_seed(1000 * epoch + (0 if seeded_alike else rank))
+    weights = torch.ones(n)
+    sampler = WeightedRandomSampler(weights, num_samples=n // world_size, replacement=True,
+                                    generator=generator)
+    return DataLoader(list(range(n)), batch_size=10, sampler=sampler)
+
+
+# --- 24. WebDataset __key__s read in storage order, or shuffled --------------------------
+
+
+def keyed_loader(rank, world_size, epoch, *, shuffle_samples=True):
+    """128 samples in 8 tar shards of 16; shards shuffled per epoch, and samples shuffled
+    in a buffer of 64 (or not: the bug, batches of one shard's neighbours)."""
+    import warnings
+
+    import webdataset as wds
+
+    warnings.filterwarnings("ignore", message=".*shardshuffle.*")
+    urls = clip_shards(8, 16, name="keyed")
+    ds = wds.WebDataset(urls, shardshuffle=8, seed=epoch, nodesplitter=wds.split_by_node,
+                        empty_check=False)
+    if shuffle_samples:
+        ds = ds.shuffle(64, seed=epoch + 1000 * rank)
+    ds = ds.decode("rgb8").map(_clip_sample)
+    return DataLoader(ds, batch_size=4)
+
+
+def keys_file() -> str:
+    """The 128 keys of :func:`keyed_loader`'s shards, in storage order, one per line."""
+    def fill(tmp):
+        with open(tmp, "w") as out:
+            out.writelines(f"s{i:02d}/{j:04d}\n" for i in range(8) for j in range(16))
+    return _atomic(os.path.join(DATA, "keys.txt"), fill)
+
+
+# --- 25. litdata: a chunk-level shuffle judged at its level, and its DDP drop ---------------
+
+
+def litdata_chunks_loader(rank, world_size, epoch, *, shuffle=True, n=256, chunk=4):
+    import logging
+
+    import litdata
+
+    from talk_helpers.libraries.litdata_loaders import litdata_dir
+
+    logging.getLogger("litdata.streaming.dataset").setLevel(logging.ERROR)
+    ds = litdata.StreamingDataset(litdata_dir(n, chunk), shuffle=shuffle, seed=5)
+    return litdata.StreamingDataLoader(ds, batch_size=4, num_workers=2)
+
+
 # --- the variants, by name, as the command line reaches them (module:factory) ------------
 
 titan_unsplit = functools.partial(titan_loader, split=False)
@@ -515,3 +728,11 @@ file_list_twice = functools.partial(file_loader, listed_twice=True)
 bucketing_per_rank = functools.partial(bucketing_loader, per_rank=True)
 csv_unsharded_ranks = functools.partial(csv_loader, shard_ranks=False)
 hf_iterable_unsplit = functools.partial(hf_iterable_loader, split=False)
+offset_ids_short = functools.partial(offset_ids_loader, skip_tail=True)
+sampler_without_set_epoch = functools.partial(sampler_loader, set_epoch=False)
+rank_stream_unsplit_workers = functools.partial(rank_stream_loader, split_workers=False)
+concat_colliding = functools.partial(concat_loader, offsets=False)
+weighted_seeded_alike = functools.partial(weighted_loader, seeded_alike=True)
+keyed_unshuffled = functools.partial(keyed_loader, shuffle_samples=False)
+litdata_unshuffled_chunks = functools.partial(litdata_chunks_loader, shuffle=False)
+litdata_drop = functools.partial(litdata_chunks_loader, n=61, chunk=8)

@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, DistributedSampler
 
-from talk_helpers.audit import AuditReport, UnreadableBatch, audit, collect_ids
+from talk_helpers.audit import AuditFailed, AuditReport, UnreadableBatch, audit, collect_ids
 from talk_helpers.audit.checks import CHECKS, Check, Verdict
+from talk_helpers.model.simulate import simulate
 
 # --- make_loader functions (module level, so a rank process can unpickle them) ----------
 
@@ -110,7 +111,7 @@ def test_expected_defaults_to_the_ids_of_epoch_0_and_says_so():
     assert "12 distinct ids seen in epoch 0" in repr(report)
     # Without shuffling the order repeats: reported beside ok, not in it.
     assert report.order_changes == {0: [False], 1: [False]}
-    assert "same order in consecutive epochs" in repr(report)
+    assert "rank 0, rank 1: epoch 1 read in exactly epoch 0's order" in repr(report)
 
 
 def test_partial_batches_are_counted_when_batch_size_is_given():
@@ -184,6 +185,57 @@ def test_a_failing_rank_is_reported_not_raised():
     assert report.error == "the audit could not finish: rank 1: RuntimeError: no data for rank 1"
     assert "no data for rank 1" in repr(report)
     assert "no data for rank 1" in report._repr_html_()
+    # which rank, the cause, and what to do next
+    assert "call your loader factory as rank 1 did, in one process: make_loader(1, 2, 0)" \
+        in repr(report)
+    with pytest.raises(AuditFailed, match="nothing to show: the audit above failed"):
+        report.epochs[0]
+
+
+def a_failed_report():
+    from talk_helpers.audit.core import failed_report
+    from talk_helpers.audit.failure import Failure
+
+    return failed_report(2, 1, Failure(kind="raised", rank=1, message="RuntimeError: boom",
+                                       error="the audit could not finish: rank 1: "
+                                             "RuntimeError: boom"))
+
+
+# what the notebooks and graders read from an audit, one use each
+LATER_CELLS = {
+    "epochs": lambda r: r.epochs[0],
+    "checks": lambda r: r.checks[0].exactly_once.missing,
+    "every check": lambda r: [c.exactly_once for c in r.checks],
+    "ids": lambda r: r.ids(0, 1),
+    "global order": lambda r: r.global_order(0),
+    "results": lambda r: r.results["order"],
+    "shuffle": lambda r: r.shuffle.mixing,
+    "order changes": lambda r: r.order_changes[0],
+    "order repeats": lambda r: r.order_repeats,
+    "poorly mixed": lambda r: r.poorly_mixed,
+    "a simulation's compare": lambda r: simulate([4, 4], nodes=2, workers=1,
+                                                 micro_batch_size=2).compare(r.epochs[0]),
+}
+
+
+@pytest.mark.parametrize("use", list(LATER_CELLS.values()), ids=list(LATER_CELLS))
+def test_a_later_cell_reading_a_failed_audit_gets_one_clear_error_never_an_attribute_error(use):
+    report = a_failed_report()
+    with pytest.raises(AuditFailed) as caught:
+        use(report)
+    assert str(caught.value).startswith("nothing to show: the audit above failed")
+    assert "rank 1: RuntimeError: boom" in str(caught.value)
+
+
+def test_a_failed_audit_still_shows_its_own_report_and_json():
+    report = a_failed_report()
+    assert (report.ok, report.status, report.exit_status) == (False, "error", 3)
+    assert repr(report).splitlines()[:2] == [
+        "✘ audit of 2 ranks × 1 epoch · ✘ could not finish",
+        "  ✘ the audit could not finish: rank 1: RuntimeError: boom"]
+    assert "rank 1: RuntimeError: boom" in report._repr_html_()
+    doc = json.loads(json.dumps(report.to_dict()))
+    assert doc["status"] == "error" and doc["epochs"] == []
 
 
 @pytest.mark.distributed
@@ -328,7 +380,7 @@ def test_a_drop_declared_by_design_reads_as_the_trade_off():
     assert report.ok and report.status == "pass"
     assert repr(report).splitlines()[0] == ("✔ audit of 2 ranks × 1 epoch · "
                                             "2 dropped by design")
-    assert "(2 dropped by design)" in repr(report)
+    assert "✔ every other sample once · 2 dropped by design" in repr(report)
     ids = report.checks[0].exactly_once.missing
     assert audit(drop_last_id, world_size=2, epochs=1, expected=12, in_process=True,
                  dropped_by_design=ids).ok
@@ -339,7 +391,47 @@ def test_more_losses_than_declared_still_fail():
                    dropped_by_design=1)
     assert not report.ok
     assert "✘ 2 missing" in repr(report).splitlines()[0]
-    assert "by design: dropped 1; found more" in repr(report)
+    assert "(declared by design: dropped 1; found 2 dropped, more than declared)" \
+        in repr(report)
+
+
+def test_fewer_losses_than_declared_say_fewer_not_more():
+    report = audit(drop_last_id, world_size=2, epochs=1, expected=12, in_process=True,
+                   dropped_by_design=3)
+    assert not report.ok
+    assert "found 2 dropped, fewer than declared" in repr(report)
+    assert "more" not in repr(report).splitlines()[1]
+
+
+def offset_ids(rank, world_size, epoch, n=24):
+    return [torch.arange(10_000 + rank, 10_000 + n, world_size)]
+
+
+def test_ids_that_start_anywhere_are_declared_as_a_range():
+    assert audit(offset_ids, world_size=2, epochs=2, expected=range(10_000, 10_024),
+                 in_process=True, shuffle=False).ok
+    wrong = audit(offset_ids, world_size=2, epochs=1, expected=24, in_process=True)
+    assert wrong.problems == [("✘", "24 missing"), ("✘", "24 unexpected")]
+    cause = wrong.causes[0]
+    assert cause.cause == "the ids are the expected ones shifted by +10000"
+    assert "--id-range 10000:10024" in cause.fix
+    short = audit(offset_ids, world_size=2, epochs=1, expected=range(10_000, 10_030),
+                  in_process=True)
+    assert short.problems == [("✘", "6 missing")]
+    assert "missing: 10024, 10025, 10026, 10027, 10028, 10029" in repr(short)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(expected=range(5, 1)), ValueError, "expected as a range"),
+    (dict(expected=range(0, 10, 2)), ValueError, "count up by 1"),
+    (dict(expected=["a", "b", "a"]), ValueError, "the same string id twice"),
+    (dict(with_replacement="yes"), TypeError, "with_replacement must be True or False"),
+    (dict(mixing="chunks"), ValueError, "mixing must be 'sample' or 'chunk:N'"),
+    (dict(dropped_by_design="some"), TypeError, "or 'auto'"),
+])
+def test_bad_expectations_and_modes_get_clear_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        audit(strided, world_size=2, in_process=True, **kwargs)
 
 
 def test_repeats_declared_by_design_read_as_the_trade_off():
@@ -535,7 +627,8 @@ def test_string_ids_are_counted_and_named_by_their_text():
     assert report.problems[0] == ("✘", "10 duplicated")
     once = report.to_dict()["epochs"][0]["exactly_once"]
     assert once["duplicated"][0] == ["shard0/00000", 2]
-    assert report.shuffle is None and "string ids carry no storage order" in repr(report)
+    # string ids are put in their sorted order for the mixing, and the report says so
+    assert report.shuffle is not None and "string ids in their sorted order" in repr(report)
 
 
 def test_by_content_knows_samples_by_what_they_hold():
@@ -552,7 +645,7 @@ def test_by_content_reports_identical_contents_as_such():
     report = audit(twice, world_size=2, epochs=1, by_content=True, expected=8,
                    in_process=True)
     assert report.problems == [("✘", "8 identical contents")]
-    assert "identical contents (a sample read again, or samples alike)" in repr(report)
+    assert "(identical contents: a sample read again, or samples alike)" in repr(report)
 
 
 def test_by_content_counts_what_is_missing_when_told_how_many():
@@ -686,8 +779,12 @@ def test_a_raising_loader_is_an_error_with_the_file_and_line_it_came_from():
                    timeout_s=120)
     assert (report.status, report.exit_status) == ("error", 3)
     assert report.failure.rank == 1
-    assert report.failure.where == "tests/test_audit.py:63 in raises_on_rank_1"
-    assert "at tests/test_audit.py:63 in raises_on_rank_1" in repr(report)
+    import inspect
+
+    lines, first = inspect.getsourcelines(raises_on_rank_1)
+    line = first + next(i for i, text in enumerate(lines) if "raise RuntimeError" in text)
+    assert report.failure.where == f"tests/test_audit.py:{line} in raises_on_rank_1"
+    assert f"at tests/test_audit.py:{line} in raises_on_rank_1" in repr(report)
 
 
 def sleeps_on_rank_1(rank, world_size, epoch):
@@ -779,3 +876,106 @@ def test_batches_that_fit_in_dev_shm_or_use_no_worker_add_nothing_to_the_report(
     no_workers = audit(functools.partial(heavy_loader, workers=0), world_size=1, epochs=1,
                        expected=8, in_process=True)
     assert no_workers.ok and "/dev/shm" not in repr(no_workers)
+
+
+# --- one story per report: headline, rows and JSON never disagree ---------------------------
+
+
+def _order_kind(kind: str, previous: np.ndarray, rng) -> np.ndarray:
+    n = previous.size
+    if kind == "fresh":
+        return rng.permutation(n)
+    if kind == "same":
+        return previous.copy()
+    if kind == "replay":    # the first 60% of the last epoch again, the rest anew
+        keep = int(0.6 * n)
+        return np.concatenate([previous[:keep], rng.permutation(previous[keep:])])
+    if kind == "sorted":
+        return np.arange(n)
+    return previous ^ 1 if n % 2 == 0 else rng.permutation(n)   # neighbours swapped
+
+
+@settings(max_examples=80, deadline=None)
+@given(world=st.integers(1, 3), epochs=st.integers(1, 3), n=st.integers(8, 160),
+       batch=st.integers(1, 8), shuffle=st.sampled_from([None, True, False]),
+       kinds=st.lists(st.sampled_from(["fresh", "same", "replay", "sorted", "swap"]),
+                      min_size=3, max_size=3),
+       fault=st.sampled_from(["none", "drop", "duplicate", "unsplit"]),
+       seed=st.integers(0, 1000))
+def test_headline_rows_and_json_tell_one_story(world, epochs, n, batch, shuffle, kinds,
+                                               fault, seed):
+    rng = np.random.default_rng(seed)
+    orders = [rng.permutation(n)]
+    for e in range(1, epochs):
+        orders.append(_order_kind(kinds[e], orders[-1], rng))
+
+    def loader(rank, world_size, epoch):
+        order = orders[epoch]
+        mine = order if fault == "unsplit" else order[rank::world_size]
+        if fault == "drop":
+            mine = mine[:-1]
+        if fault == "duplicate" and rank == 0:
+            mine = np.concatenate([mine, mine[:1]])
+        return [torch.as_tensor(mine[i:i + batch]) for i in range(0, len(mine), batch)]
+
+    report = audit(loader, world_size=world, epochs=epochs, expected=n, shuffle=shuffle,
+                   in_process=True)
+    doc = json.loads(json.dumps(report.to_dict()))
+    text = repr(report)
+    headline = text.splitlines()[0]
+    problems = [(p["mark"], p["text"]) for p in doc["problems"]]
+    assert problems == report.problems and doc["headline"] == headline
+    marks = {m for m, _ in problems}
+    assert doc["status"] == ("fail" if "✘" in marks else "warn" if "⚠" in marks else "pass")
+    assert doc["exit_status"] == (1 if "✘" in marks else 0)
+    # exactly once: an epoch line fails exactly when a count problem is in the headline
+    failed_epochs = [e["exactly_once"]["ok"] is False for e in doc["epochs"]]
+    counted = [t for m, t in problems if m == "✘" and t.split()[-1] in
+               ("duplicated", "missing", "unexpected")]
+    assert any(failed_epochs) == bool(counted)
+    rows = dict(report.results["order"].rows) if "order" in report.results else {}
+    order_problems = {"order repeats", "similar order across epochs", "not shuffled"}
+    in_headline = {t for _, t in problems} & order_problems
+    finding = doc["order"].get("finding")
+    if shuffle is False or epochs < 2:
+        assert not in_headline
+    else:
+        order_row = rows["order"].splitlines()[0]
+        assert (order_row[0] in "✘⚠") == (finding is not None) == bool(
+            in_headline or "not shuffled" in {t for _, t in problems})
+        if finding is None:
+            assert order_row.endswith("order changes every epoch")
+        assert "order changes every epoch" not in order_row or not in_headline
+    mixing = doc["shuffle"]
+    if mixing is not None and "mixing" in rows:
+        mixing_row = rows["mixing"].splitlines()[0]
+        mixing_problem = {t for _, t in problems} & {"poorly mixed", "mixing unproven",
+                                                     "mixing not measured", "not shuffled"}
+        if mixing_row[0] == "✔":
+            assert mixing["well_mixed"] and not mixing_problem - {"not shuffled"}
+        if mixing_row[0] in "✘⚠":
+            assert mixing_problem
+        assert mixing["order_changes"] == (finding is None)
+    for cause in doc["causes"]:
+        assert all(part in headline for part in cause["finding"].split(" · "))
+
+
+def test_each_line_starts_with_its_finding_and_the_statistics_follow_in_words():
+    report = audit(all_ids, world_size=2, epochs=2, expected=14, in_process=True,
+                   shuffle=True)
+    lines = repr(report).splitlines()
+    at = lines.index("  epoch 0  ✘ 12 duplicated · 2 missing")
+    assert lines[at + 1:at + 4] == [
+        "             14 expected · 12 unique · 24 read in all",
+        "             duplicated: 0 ×2, 1 ×2, 2 ×2, 3 ×2, 4 ×2, 5 ×2, … (+6 more)",
+        "             missing: 12, 13"]
+    assert "Spearman" not in repr(report) and "rank correlation between epochs" in repr(report)
+    html = report._repr_html_()
+    assert "✘ 12 duplicated · 2 missing<div" in html
+    assert "<small>14 expected · 12 unique · 24 read in all</small>" in html
+    good = audit(functools.partial(strided, n=64, batch_size=4, shuffle=True), world_size=2,
+                 epochs=3, expected=64, in_process=True, shuffle=True)
+    rows = dict(good.results["order"].rows)
+    assert rows["mixing"].splitlines()[0] == "✔ well mixed"
+    assert rows["mixing"].splitlines()[1].startswith("mixing score ")
+    assert "a uniform shuffle scores about 1 ± " in rows["mixing"]

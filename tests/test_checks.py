@@ -92,7 +92,7 @@ def test_every_id_once_is_ok():
     assert report.ok
     assert (report.expected_count, report.unique_count, report.seen_count) == (100, 100, 100)
     assert report.duplicates == {} and report.missing == [] and report.unexpected == []
-    assert repr(report) == "✔ 100 expected · 100 unique · 0 duplicated · 0 missing"
+    assert repr(report) == "✔ every sample once\n  100 expected · 100 unique · 100 read in all"
 
 
 def test_duplicates_are_counted_per_id():
@@ -106,20 +106,21 @@ def test_duplicates_are_counted_per_id():
 def test_missing_ids_are_listed_sorted():
     report = check_exactly_once([4, 0, 2], 6)
     assert report.missing == [1, 3, 5]
-    assert repr(report) == "✘ 6 expected · 3 unique · 0 duplicated · 3 missing"
+    assert repr(report) == "✘ 3 missing\n  6 expected · 3 unique · 3 read in all"
 
 
 def test_unexpected_ids_are_listed_and_shown():
     report = check_exactly_once([0, 1, 2, 9, 7], 3)
     assert report.unexpected == [7, 9]
     assert not report.ok
-    assert repr(report).endswith("· 2 unexpected")
+    assert report.headline == "✘ 2 unexpected"
 
 
 def test_repr_matches_the_talk_example():
     samples = list(range(46)) + list(range(46, 67)) * 2  # 21 ids twice, 33 never
     report = check_exactly_once(samples, 100)
-    assert repr(report) == "✘ 100 expected · 67 unique · 21 duplicated · 33 missing"
+    assert repr(report) == ("✘ 21 duplicated · 33 missing\n"
+                            "  100 expected · 67 unique · 88 read in all")
 
 
 def test_summary_shows_a_few_examples_of_each_problem():
@@ -136,6 +137,7 @@ def test_html_is_green_when_ok_and_red_with_examples_when_not():
     assert "#009E73" in check_exactly_once([0, 1], 2)._repr_html_()
     bad = check_exactly_once([0, 0], 2)._repr_html_()
     assert "#D55E00" in bad and "missing" in bad and "0 ×2" in bad
+    assert "<small>2 expected · 1 unique · 2 read in all</small>" in bad
 
 
 def test_empty_samples_with_nothing_expected_is_ok():

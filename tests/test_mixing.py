@@ -278,6 +278,50 @@ def test_an_order_that_repeats_is_caught_at_every_seed():
         assert step_report(epochs).order_repeats
 
 
+def test_a_uniform_shuffle_repeated_unchanged_reads_as_one_finding_not_two():
+    # a DistributedSampler whose set_epoch is never called: each epoch a uniform shuffle,
+    # the same one; its mixing is judged on epoch 0 alone, as a uniform shuffle's
+    poor = 0
+    for seed in range(300):
+        epochs = sampler_epochs(np.random.default_rng(seed), 101, 2, 8, epochs=1) * 2
+        report = step_report(epochs)
+        assert report.order_repeats
+        poor += report.poor
+        flat = np.random.default_rng(seed).permutation(101)
+        poor += shuffle_report([flat, flat.copy(), flat.copy()], batch_size=8).poor
+    assert poor <= 2, poor   # the false-alarm rate of one epoch: MIXING_ALPHA
+
+
+def test_the_first_line_is_the_finding_and_the_statistics_follow_in_words():
+    rng = np.random.default_rng(0)
+    good = shuffle_report([rng.permutation(400) for _ in range(2)], batch_size=20)
+    first, *rest = repr(good).splitlines()
+    assert first == "✔ order changes every epoch · well mixed"
+    assert rest[0].startswith("  mixing score ") and "a uniform shuffle scores about 1 ± " \
+        in rest[0] and rest[0].endswith("no shuffle scores 0)")
+    assert "rank correlation between epochs" in repr(good) and "Spearman" not in repr(good)
+    assert "runs of neighbours in storage order" in repr(good)
+    bad = shuffle_report([np.arange(400)] * 2, batch_size=20)
+    assert repr(bad).splitlines()[0] == "✘ order repeats across epochs · poorly mixed"
+    # runs of 10 neighbours, each shuffled, in a new order every epoch: batches of 20 from 2
+    local = shuffle_report([np.concatenate([10 * b + rng.permutation(10)
+                                            for b in rng.permutation(40)]) for _ in range(2)],
+                           batch_size=20)
+    assert repr(local).splitlines()[0] == "✘ poorly mixed"
+    assert "<small" in local._repr_html_()
+
+
+def test_a_score_above_the_uniform_band_says_what_it_means():
+    # stratified batches: each batch of 10 takes one id from each tenth of the data
+    rng = np.random.default_rng(0)
+    epochs = [rng.permuted(np.stack([rng.permutation(100) + 100 * k for k in range(10)],
+                                    axis=1), axis=1).reshape(-1) for _ in range(2)]
+    report = shuffle_report(epochs, batch_size=10)
+    assert report.mixing > 1 + 2 * report.chance and report.well_mixed
+    assert repr(report).splitlines()[0].endswith("well mixed, more evenly than chance")
+    assert "more balanced than a uniform shuffle makes them" in repr(report)
+
+
 def test_storage_neighbours_swapped_keep_a_similar_order():
     # epoch 1 puts id 2j + 1 where epoch 0 had 2j, and the other way round: no position
     # holds the same sample, yet every position holds the same part of the data
@@ -354,7 +398,7 @@ def test_step_report_reports_effective_groups_per_rank_with_groups():
     report = step_report(epochs, groups=shards)
     assert report.rank_effective == [1.0, 1.0]
     assert not report.well_mixed
-    assert "effective groups per micro-batch" in repr(report)
+    assert "groups a micro-batch effectively holds, per rank: 1.0, 1.0" in repr(report)
 
 
 def test_batch_mixing_matches_the_report_and_block_counts_grow_with_pairs():

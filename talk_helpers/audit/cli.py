@@ -61,6 +61,25 @@ which sample is which (the audit never guesses):
   batches without ids, (images, labels):
     (tensor[32, 3, 224, 224] uint8, tensor[32] int64)
     %(prog)s my_project.data:make_loader --by-content --expected 50000
+
+which samples to expect (default: whatever epoch 0 read):
+  --expected N      ids 0..N-1
+    %(prog)s my_project.data:make_loader --expected 1000
+  --id-range A:B    ids A..B-1
+    %(prog)s my_project.data:make_loader --id-range 10000:11000
+  --ids-file PATH   the ids listed, one per line, integers or strings
+    %(prog)s my_project.data:make_loader --ids __key__ --ids-file keys.txt
+  Missing, unexpected and duplicated ids are named, with the usual cause when the
+  pattern shows one (ids offset by a constant, sources numbered from 0 alike, …).
+
+what the loader promises:
+  --with-replacement  drawn with replacement: judged for coverage and balance
+    %(prog)s my_project.data:make_weighted_loader --with-replacement --expected 1000
+  --mixing chunk:N    a shuffle of chunks of N consecutive ids, judged at that level
+    %(prog)s my_project.data:make_litdata_loader --mixing chunk:8 --shuffle --reuse-loader
+  --dropped-by-design auto   litdata's own drop under DDP, worked out from the library
+    %(prog)s my_project.data:make_litdata_loader --dropped-by-design auto --reuse-loader
+  String ids are judged for mixing in their sorted order (or the order of --ids-file).
 """
 
 EPILOG = """\
@@ -69,19 +88,28 @@ epochs: by default factory(rank, world_size, epoch) is called for every epoch. W
 before each only what --epoch-call names (e.g. sampler.set_epoch), as your loop does.
 Endless loaders need --steps N (batches per rank and epoch).
 
+reports: every line starts with its finding (✔ every sample once, ✘ 25 duplicated ·
+25 missing, ✘ order repeats across epochs, ✘ poorly mixed), the statistics behind it on
+the lines below; a "cause" line names the usual cause of a finding and how the audit
+knows.
+
 exit status:
   0  every check passed (⚠ warnings allowed)
   1  a check failed
   2  usage: a bad argument or target, --expected too large to hold, a factory that
      returns no loader, or batches whose sample ids cannot be told
   3  the loader raised, died or hung (the report names the rank and file:line)
+  With --nproc-per-node the status is the verdict on every run: no rank exits before
+  every rank knows it, and a rank that really dies is 3 and named.
 
 --json prints one document, schema talk_helpers.audit/2: status (pass, warn, fail,
 usage, error), exit_status, headline, problems [{mark, text}], error (null or {kind:
-usage|ids|raised|died|hung, message, rank, where, progress, hint}), world_size,
-n_epochs, steps, ids, expected, epochs [{exactly_once {duplicated_count, missing_count,
+usage|ids|raised|died|hung, message, rank, where, progress, hint}), causes [{mark,
+finding, cause, evidence, fix}], world_size, n_epochs, steps, ids, expected,
+with_replacement, mixing_level, epochs [{exactly_once {duplicated_count, missing_count,
 duplicated, missing, ...}, batches_per_rank, samples_per_rank, samples_per_worker, ...}],
-order, shuffle, checks, target. See the README for every field.
+order {finding, repeats, changes_per_rank}, shuffle, checks, target. See the README for
+every field.
 
 several processes: --nproc-per-node N launches N ranks per machine the way torchrun does
 (add --nnodes, --node-rank, --master-addr, --master-port on several machines) and keeps
@@ -89,6 +117,36 @@ this command's exit status. Under torchrun itself (torchrun --nproc-per-node N -
 talk_helpers.audit TARGET ...) rank 0 prints the report and every rank exits with the
 same status, but torchrun exits 1 for any failure and adds its own failure listing.
 """
+
+
+def _id_range(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition(":")
+    if not sep or not low.strip().isdigit() or not high.strip().isdigit() \
+            or int(low) >= int(high):
+        raise argparse.ArgumentTypeError(f"must be A:B with 0 ≤ A < B (ids A..B-1), got "
+                                         f"{text!r}")
+    return int(low), int(high)
+
+
+def _count_or_auto(text: str):
+    if text == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a count N ≥ 0 or auto, got {text!r}") \
+            from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a count N ≥ 0 or auto, got {text!r}")
+    return value
+
+
+def _mixing_level(text: str) -> str:
+    if text == "sample" or (text.startswith("chunk:") and text[6:].isdigit()
+                            and int(text[6:]) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(f"must be sample or chunk:N (N ≥ 1 ids per chunk), got "
+                                     f"{text!r}")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -108,15 +166,33 @@ def build_parser() -> argparse.ArgumentParser:
     pick.add_argument("--by-content", action="store_true",
                       help="know each sample by a hash of its content")
     what = parser.add_argument_group("what to expect")
-    what.add_argument("--expected", type=int, default=None,
-                      help="ids 0..N-1 (with --by-content or string ids: N distinct "
-                           "samples) once per epoch (default: the ids of epoch 0)")
+    declared = what.add_mutually_exclusive_group()
+    declared.add_argument("--expected", type=int, default=None, metavar="N",
+                          help="ids 0..N-1 (with --by-content or string ids: N distinct "
+                               "samples) once per epoch (default: the ids of epoch 0)")
+    declared.add_argument("--id-range", type=_id_range, default=None, metavar="A:B",
+                          help="ids A..B-1 once per epoch, e.g. 10000:10240")
+    declared.add_argument("--ids-file", default=None, metavar="PATH",
+                          help="the ids once per epoch, one per line: integers, or strings "
+                               "such as __key__s (their order there is taken as storage "
+                               "order)")
     what.add_argument("--batch-size", type=int, default=None,
                       help="also check that every batch holds this many samples")
-    what.add_argument("--dropped-by-design", type=int, default=None, metavar="N",
-                      help="samples per epoch your loader drops on purpose (drop_last)")
-    what.add_argument("--repeated-by-design", type=int, default=None, metavar="N",
-                      help="extra reads per epoch your loader makes on purpose (padding)")
+    what.add_argument("--dropped-by-design", type=_count_or_auto, default=None,
+                      metavar="N|auto",
+                      help="samples per epoch your loader drops on purpose (drop_last); "
+                           "auto: what litdata's own rule drops under DDP")
+    what.add_argument("--repeated-by-design", type=_count_or_auto, default=None,
+                      metavar="N|auto",
+                      help="extra reads per epoch your loader makes on purpose (padding); "
+                           "auto: what mosaicml-streaming pads")
+    what.add_argument("--with-replacement", action="store_true",
+                      help="the loader draws with replacement (WeightedRandomSampler, "
+                           "resampled shards): judge coverage and balance, not exactly once")
+    what.add_argument("--mixing", type=_mixing_level, default="sample", metavar="LEVEL",
+                      help="the level the shuffle promises: sample (default), or chunk:N for "
+                           "a loader that shuffles chunks of N consecutive ids (litdata, "
+                           "mosaicml-streaming)")
     shuffle = what.add_mutually_exclusive_group()
     shuffle.add_argument("--shuffle", dest="shuffle", action="store_const", const=True,
                          default=None, help="the loader is meant to shuffle: judge the order")
@@ -156,7 +232,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise UsageError(f"argument --{name.replace('_', '-')}: must be ≥ 1, got {value}")
-    for name in ("expected", "dropped_by_design", "repeated_by_design", "node_rank"):
+    for name in ("expected", "node_rank"):
         value = getattr(args, name)
         if value is not None and value < 0:
             raise UsageError(f"argument --{name.replace('_', '-')}: must be ≥ 0, got {value}")
@@ -178,6 +254,10 @@ def parse_args(argv=None) -> argparse.Namespace:
             expected_fits(args.expected)
         except ValueError as exc:
             raise UsageError(f"argument --expected: {exc}") from None
+    if args.ids_file is not None:
+        from talk_helpers.audit.shell import read_ids_file
+
+        read_ids_file(args.ids_file)   # a usage error now, not in every rank
     return args
 
 
@@ -268,7 +348,16 @@ def run() -> None:
 
 
 def usage_error(message: str, wants_json: bool, target: str | None = None) -> int:
-    """Exit status 2: one line on stderr and, with --json, one document on stdout."""
+    """Exit status 2: one line on stderr and, with --json, one document on stdout. Under
+    torchrun rank 0 says it, and the other ranks wait for torchrun to stop them after
+    rank 0's exit, so that rank 0 is never stopped before it has said it."""
+    if under_torchrun():
+        from talk_helpers.audit.torchrun import write_verdict
+
+        write_verdict(EXIT_USAGE)
+        if not is_rank_zero():
+            _wait_for_rank_0_to_exit(EXIT_USAGE)
+            return EXIT_USAGE
     if is_rank_zero() or not under_torchrun():
         first, *rest = message.splitlines() or [""]
         print(f"{prog()}: error: {first}", file=sys.stderr)
@@ -282,6 +371,24 @@ def usage_error(message: str, wants_json: bool, target: str | None = None) -> in
                              "where": None, "progress": None, "hint": None}}
             print(json.dumps(doc, ensure_ascii=False), flush=True)
     return EXIT_USAGE
+
+
+USAGE_WAIT_S = 60.0   # how long a rank other than 0 waits for torchrun to stop it
+
+
+def _wait_for_rank_0_to_exit(status: int) -> None:
+    """Sleep until torchrun stops this rank (SIGTERM, after rank 0 exited), then exit with
+    ``status``; give up after :data:`USAGE_WAIT_S`."""
+    import signal
+    import time
+
+    def stopped(*_):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+    signal.signal(signal.SIGTERM, stopped)
+    time.sleep(USAGE_WAIT_S)
 
 
 def _target_of(argv: list[str]) -> str | None:

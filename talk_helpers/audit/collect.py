@@ -35,7 +35,7 @@ from talk_helpers.audit.sample_ids import SampleIds, UnreadableBatch
 from talk_helpers.audit.where import raised_at, running_at
 
 __all__ = ["NotALoader", "Plan", "Progress", "RankEpoch", "RankRun", "Stopped", "collect",
-           "collect_batches", "collect_ids"]
+           "collect_batches", "collect_ids", "worker_target"]
 
 NO_WORKER = -1
 PUBLISH_EVERY_S = 0.5   # how often a rank's progress is sent
@@ -67,13 +67,15 @@ class Plan:
 class RankEpoch:
     """What one rank saw in one epoch: ``ids`` of every sample in order, ``sizes`` of
     every batch, the ``workers`` that collated them (-1 unknown), ``num_workers`` (None when
-    not a DataLoader) and whether ``--steps`` cut the epoch short (``truncated``)."""
+    not a DataLoader), whether ``--steps`` cut the epoch short (``truncated``) and, when a
+    loader has workers the audit could not count, why (``workers_note``)."""
 
     ids: np.ndarray
     sizes: np.ndarray
     workers: np.ndarray
     num_workers: int | None
     truncated: bool = False
+    workers_note: str | None = None   # why the workers could not be counted
 
     @property
     def n_batches(self) -> int:
@@ -213,10 +215,13 @@ def collect(rank: int, world_size: int, make_loader: Callable, plan: Plan,
     epochs, names = [], None
     recordings: dict[str, list] = {name: [] for name in recorders}
     loader = None
+    persistent: dict[int, tuple] = {}   # DataLoaders whose persistent workers were tagged
     try:
         with progress:
             for epoch in range(plan.epochs):
                 if loader is None or not plan.reuse_loader:
+                    while persistent:   # the last epoch's loader: stop its tagged workers
+                        _untag_persistent(*persistent.popitem()[1])
                     progress.at(epoch, "building the loader")
                     loader = make_loader(rank, world_size, epoch)
                 if plan.epoch_call is not None:
@@ -225,7 +230,7 @@ def collect(rank: int, world_size: int, make_loader: Callable, plan: Plan,
                 for rec in recorders.values():
                     rec.start_epoch(epoch, loader)
                 seen, found = _one_epoch(rank, world_size, epoch, loader, plan, progress,
-                                         recorders)
+                                         recorders, persistent)
                 epochs.append(seen)
                 if found:
                     names = {} if names is None else names
@@ -241,6 +246,9 @@ def collect(rank: int, world_size: int, make_loader: Callable, plan: Plan,
             if where:
                 exc.add_note(f"{WHERE_NOTE}{where}")
         raise
+    finally:
+        while persistent:
+            _untag_persistent(*persistent.popitem()[1])
     return RankRun(epochs, names, recordings)
 
 
@@ -248,15 +256,18 @@ WHERE_NOTE = "audit: raised at "   # how the rank tells the parent where an erro
 
 
 def _one_epoch(rank, world_size, epoch, loader, plan: Plan, progress: Progress,
-               recorders) -> tuple[RankEpoch, dict | None]:
-    num_workers, original = None, None
-    # Tag each batch with the worker that collated it. Not with persistent workers:
-    # they would keep the tagging collate_fn after the audit.
-    if isinstance(loader, DataLoader):
-        num_workers = int(loader.num_workers)
-        if num_workers and not loader.persistent_workers:
-            original = loader.collate_fn
-            loader.collate_fn = TagWorker(original)
+               recorders, persistent: dict) -> tuple[RankEpoch, dict | None]:
+    num_workers, original, note = None, None, None
+    # Tag each batch with the worker that collated it, through the wrappers a DataLoader
+    # hides in (:func:`worker_target`).
+    target, note = worker_target(loader)
+    if target is not None:
+        num_workers = int(target.num_workers)
+        if num_workers and not target.persistent_workers:
+            original = target.collate_fn
+            target.collate_fn = TagWorker(original)
+        elif num_workers:
+            note = _tag_persistent(target, persistent)
     progress.at(epoch, "starting the loader's iterator")
     try:
         iterator = iter(loader)
@@ -267,9 +278,10 @@ def _one_epoch(rank, world_size, epoch, loader, plan: Plan, progress: Progress,
             "return what a training loop iterates (a DataLoader, a dataset, a list of "
             "batches)"
         ) from None
-    finally:
+    except BaseException:
         if original is not None:
-            loader.collate_fn = original  # the iterator has its own reference
+            target.collate_fn = original
+        raise
     read, steps = plan.reader, plan.steps
     chunks, sizes, workers = [], [], []
     names: dict | None = None
@@ -278,6 +290,10 @@ def _one_epoch(rank, world_size, epoch, loader, plan: Plan, progress: Progress,
     after = [rec.after_batch for rec in recorders.values()]
     try:
         for batch in iterator:
+            if original is not None:
+                # the iterator has its own reference now, also one whose __iter__ is a
+                # generator that makes it at the first batch (litdata's StreamingDataLoader)
+                target.collate_fn, original = original, None
             worker = NO_WORKER
             if type(batch) is FromWorker:
                 worker, batch = batch
@@ -303,6 +319,8 @@ def _one_epoch(rank, world_size, epoch, loader, plan: Plan, progress: Progress,
                 truncated = True
                 raise Stopped("stopped because another rank failed")
     finally:
+        if original is not None:
+            target.collate_fn = original
         shutdown = getattr(iterator, "_shutdown_workers", None)
         if truncated and callable(shutdown):
             shutdown()  # stop the workers of a loader left before its end, now
@@ -317,7 +335,57 @@ def _one_epoch(rank, world_size, epoch, loader, plan: Plan, progress: Progress,
             ids = ids.astype(np.int32)
     return RankEpoch(ids=ids, sizes=np.asarray(sizes, dtype=np.int64),
                      workers=np.asarray(workers, dtype=np.int16),
-                     num_workers=num_workers, truncated=truncated), names
+                     num_workers=num_workers, truncated=truncated, workers_note=note), names
+
+
+def worker_target(loader) -> tuple[DataLoader | None, str | None]:
+    """The DataLoader whose workers the audit can count in ``loader``, or None and why not
+    (None, None: a loader with no workers, such as a list or a dataset).
+
+    A DataLoader, and every loader built on one by subclassing (torchdata's
+    ``StatefulDataLoader``, litdata's ``StreamingDataLoader``), is tagged itself.
+    webdataset's ``WebLoader`` holds its DataLoader as the first stage of its pipeline
+    (``webdataset/compat.py``, ``WebLoader.__init__``: ``DataPipeline(DataLoader(...))``):
+    tagged when nothing comes after it; a stage after it (``.unbatched()``, ``.batched()``)
+    rebatches, and a batch is then no longer one worker's."""
+    if isinstance(loader, DataLoader):
+        return loader, None
+    stages = getattr(loader, "pipeline", None)
+    if isinstance(stages, list) and stages and isinstance(stages[0], DataLoader):
+        if len(stages) == 1:
+            return stages[0], None
+        workers = stages[0].num_workers
+        return None, (f"not counted: {type(loader).__name__} rebatches after its DataLoader "
+                      f"of {workers} workers ({len(stages) - 1} stages after it), so a batch "
+                      "is no longer one worker's") if workers else None
+    workers = getattr(loader, "num_workers", None)
+    if isinstance(workers, int) and not isinstance(workers, bool) and workers > 0:
+        return None, (f"not counted: {type(loader).__name__} has {workers} workers but is "
+                      "no DataLoader and holds none the audit can reach")
+    return None, None
+
+
+def _tag_persistent(target: DataLoader, persistent: dict) -> str | None:
+    """Tag a DataLoader with persistent workers before they start: they keep the
+    collate_fn they start with for every epoch, and :func:`_untag_persistent` stops them
+    after the audit. Workers started before the audit cannot be tagged (the note why)."""
+    if id(target) in persistent:
+        return None
+    if getattr(target, "_iterator", None) is not None:
+        return ("not counted: its persistent workers started before the audit, with the "
+                "collate_fn they keep")
+    persistent[id(target)] = (target, target.collate_fn)
+    target.collate_fn = TagWorker(target.collate_fn)
+    return None
+
+
+def _untag_persistent(target: DataLoader, original) -> None:
+    iterator = getattr(target, "_iterator", None)
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if callable(shutdown):
+        shutdown()
+    target._iterator = None
+    target.collate_fn = original
 
 
 def _call_per_epoch(loader, call, epoch: int) -> None:

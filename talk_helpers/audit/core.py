@@ -7,18 +7,24 @@ batch (:mod:`talk_helpers.audit.sample_ids`: never guessed) and runs every check
 :data:`talk_helpers.audit.checks.CHECKS` over what the ranks saw together:
 
 * **exactly once** — over the union of all ranks (and so of all their workers): no
-  duplicates, nothing missing; ids dropped or repeated *by design* are named as the
-  trade-off they are;
+  duplicates, nothing missing, nothing unexpected, against ids declared as a count, a
+  range or a list (by default epoch 0's); ids dropped or repeated *by design* are named as
+  the trade-off they are (``"auto"``: the library's own rule); with ``with_replacement``,
+  coverage and balance instead;
 * **batches per rank** — equal on every rank, or DDP would block at the first step one
   rank no longer takes;
 * **batch sizes** — when ``batch_size`` is given, partial or oversized batches;
 * **order** — whether each rank's order changes across epochs and how well the order a
-  training step sees is mixed (judged with ``shuffle=True``, ⚠ by default);
-* **samples per worker** — for a DataLoader with workers, recorded inside the workers; a
-  worker that reads nothing is flagged ⚠ idle.
+  training step sees is mixed (judged with ``shuffle=True``, ⚠ by default), at the level
+  the loader promises (``mixing="chunk:N"``);
+* **samples per worker** — for a DataLoader with workers (also inside the loaders built on
+  one), recorded inside the workers; a worker that reads nothing is flagged ⚠ idle.
 
 The :class:`~talk_helpers.audit.report.AuditReport` says ✔, ⚠ or ✘ with every problem in
-its headline; ``report.exit_status`` is what the command line exits with.
+its headline, each finding first and the statistics behind it after, the usual cause of a
+finding and how the audit knows (``report.causes``); ``report.exit_status`` is what the
+command line exits with. A failed audit's report shows why; what a later cell reads from
+it raises :class:`~talk_helpers.audit.report.AuditFailed`.
 """
 
 from __future__ import annotations
@@ -40,14 +46,14 @@ from talk_helpers.audit.collect import (
     collect_ids,
 )
 from talk_helpers.audit.failure import Failure, from_world
-from talk_helpers.audit.report import AuditReport, EpochAudit
+from talk_helpers.audit.report import AuditFailed, AuditReport, EpochAudit
 from talk_helpers.audit.sample_ids import UnreadableBatch, sample_ids
 from talk_helpers.checks import check_exactly_once
 from talk_helpers.runtime import world as distributed
 
-__all__ = ["AuditReport", "EpochAudit", "NotALoader", "RankEpoch", "UnreadableBatch", "audit",
-           "build_report", "collect_batches", "collect_ids", "expected_fits", "failed_report",
-           "validate_options"]
+__all__ = ["AuditFailed", "AuditReport", "EpochAudit", "NotALoader", "RankEpoch",
+           "UnreadableBatch", "audit", "build_report", "collect_batches", "collect_ids",
+           "expected_fits", "failed_report", "validate_options"]
 
 SHUFFLE_CHOICES = (None, True, False)
 BYTES_PER_EXPECTED_ID = 24   # the exactly-once check's counts, masks and copies, per id
@@ -60,7 +66,8 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
           epoch_call: str | Callable | None = None, in_process: bool = False,
           timeout_s: float = 120.0, start_method: str | None = None,
           batch_ids: Callable | None = None, collective_timeout_s: float = 10.0,
-          reuse: bool | None = None, checks: tuple | None = None) -> AuditReport:
+          reuse: bool | None = None, checks: tuple | None = None,
+          with_replacement: bool = False, mixing: str = "sample") -> AuditReport:
     """Run ``make_loader`` in every rank and check what the ranks see together.
 
     Args:
@@ -72,15 +79,18 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
         world_size: number of ranks (≥ 1).
         epochs: epochs to run (≥ 1).
         expected: the samples one epoch should hold exactly once: an int N (ids
-            0..N-1; with string ids or ``by_content``, N distinct samples) or a sequence of
-            ids. None: the distinct ids seen in epoch 0 (with ``steps``, each epoch's own).
+            0..N-1; with string ids or ``by_content``, N distinct samples), a range
+            (``range(10_000, 10_240)``) or a sequence of ids (integers or strings). None:
+            the distinct ids seen in epoch 0 (with ``steps``, each epoch's own).
         batch_size: when given, also check that every batch holds this many samples.
         shuffle: True: the loader is meant to shuffle, so an order that repeats across
             epochs or is poorly mixed fails the audit. False: the order is not judged.
             None: the order is reported, with ⚠ in the headline when it looks wrong.
-        dropped_by_design: ids a fix drops on purpose, per epoch: a count or the ids.
+        dropped_by_design: ids a fix drops on purpose, per epoch: a count or the ids;
+            ``"auto"``: what litdata's own rule drops under DDP.
         repeated_by_design: extra reads a fix makes on purpose, per epoch: a count (reads
-            beyond the first) or the ids that repeat.
+            beyond the first) or the ids that repeat; ``"auto"``: what mosaicml-streaming
+            pads.
         ids: where each batch holds its sample ids: a dict key, a tuple position or a
             dotted path (``"idx"``, ``"0"``, ``"meta.id"``, ``"__key__"``); ints or strings.
         by_content: identify each sample by a stable hash of its content instead.
@@ -103,6 +113,10 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
         reuse: passed to :func:`talk_helpers.runtime.world.run_world`: False starts ranks for
             this audit alone (a one-shot command), None keeps the notebook's warm world.
         checks: the checks to run (default :data:`talk_helpers.audit.checks.CHECKS`).
+        with_replacement: the loader draws with replacement (``WeightedRandomSampler``,
+            resampled shards): judge coverage and balance, not exactly once.
+        mixing: the level mixing is judged at: ``"sample"``, or ``"chunk:N"`` for a loader
+            that shuffles chunks of N consecutive ids (litdata, mosaicml-streaming).
     """
     if not callable(make_loader):
         raise TypeError(f"make_loader must be callable as make_loader(rank, world_size, "
@@ -121,10 +135,11 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
             raise TypeError(f"epoch_call must be an attribute path such as "
                             f"'sampler.set_epoch' or a callable fn(loader, epoch), "
                             f"got {epoch_call!r}")
-    options = Options(expected=expected, batch_size=batch_size, shuffle=shuffle,
-                      dropped_by_design=dropped_by_design,
+    options = Options(expected=_expected_value(expected), batch_size=batch_size,
+                      shuffle=shuffle, dropped_by_design=dropped_by_design,
                       repeated_by_design=repeated_by_design, steps=steps,
-                      ids=reader.label, counted=reader.counted)
+                      ids=reader.label, counted=reader.counted,
+                      with_replacement=with_replacement, mixing=mixing)
     validate_options(options)
     checks = CHECKS if checks is None else tuple(checks)
     plan = Plan(epochs=epochs, reader=reader, steps=steps, reuse_loader=reuse_loader,
@@ -183,8 +198,24 @@ def build_report(per_rank: list, *, options: Options | None = None, world=None,
                        results=results, world=world)
 
 
+def _expected_value(expected):
+    """Strings and numbers listed as ``expected`` kept as a list, in their order (for string
+    ids, the storage order the mixing is judged in)."""
+    if isinstance(expected, tuple):
+        return list(expected)
+    return expected
+
+
 def validate_options(options: Options) -> None:
     """Refuse bad arguments before any process starts, naming the argument."""
+    if not isinstance(options.with_replacement, bool):
+        raise TypeError(f"with_replacement must be True or False, got "
+                        f"{options.with_replacement!r}")
+    mixing = options.mixing
+    if not (mixing == "sample" or (isinstance(mixing, str) and mixing.startswith("chunk:")
+                                   and mixing[6:].isdigit() and int(mixing[6:]) >= 1)):
+        raise ValueError(f"mixing must be 'sample' or 'chunk:N' with N ≥ 1 ids per chunk, "
+                         f"got {mixing!r}")
     batch_size = options.batch_size
     if batch_size is not None and (isinstance(batch_size, bool)
                                    or not isinstance(batch_size, int) or batch_size < 1):
@@ -205,8 +236,16 @@ def validate_options(options: Options) -> None:
         if not options.counted:
             expected_fits(int(expected))
         return
+    if isinstance(expected, range):
+        if expected.step != 1 or expected.start < 0 or len(expected) == 0:
+            raise ValueError(f"expected as a range must count up by 1 from an id ≥ 0 and hold "
+                             f"at least one id, got {expected!r}")
+        return
     if isinstance(expected, list | tuple) and expected and all(isinstance(v, str)
                                                                for v in expected):
+        if len(set(expected)) != len(expected):
+            raise ValueError("expected holds the same string id twice, e.g. "
+                             f"{next(v for v in expected if expected.count(v) > 1)!r}")
         return  # string ids, hashed when the audit reads them
     check_exactly_once([], expected)  # validates a sequence of ids
 

@@ -102,12 +102,15 @@ def from_world(world, timeout_s: float) -> Failure:
         return Failure(kind=kind, rank=bad.rank, message=message, error=message)
     found = _WHERE.findall(bad.traceback or "")
     return Failure(kind=kind, rank=bad.rank, where=found[-1] if found else None,
-                   message=error,
+                   message=error, hint=_hint(kind, bad.rank, len(world.ranks),
+                                             _epoch_of(bad.last_progress)),
                    error=f"the audit could not finish: rank {bad.rank}: {error}")
 
 
-def from_exception(exc: BaseException, rank: int) -> Failure:
-    """The failure of one rank whose collection raised ``exc`` (under torchrun)."""
+def from_exception(exc: BaseException, rank: int, world_size: int | None = None,
+                   epoch: int | None = None) -> Failure:
+    """The failure of one rank whose collection raised ``exc`` (under torchrun), in
+    ``epoch`` when known."""
     from talk_helpers.audit.collect import NotALoader
     from talk_helpers.audit.sample_ids import UnreadableBatch
     from talk_helpers.audit.where import raised_at
@@ -120,7 +123,27 @@ def from_exception(exc: BaseException, rank: int) -> Failure:
     kind = "usage" if isinstance(exc, NotALoader) else "raised"
     return Failure(kind=kind, rank=rank, message=message,
                    where=None if kind == "usage" else raised_at(exc),
+                   hint=_hint(kind, rank, world_size, epoch),
                    error=f"the audit could not finish: rank {rank}: {message}")
+
+
+def _hint(kind: str, rank: int, world_size: int | None, epoch: int | None) -> str | None:
+    """What to do next, for a rank that raised or died."""
+    call = (f"make_loader({rank}, {world_size}, {epoch if epoch is not None else 0})"
+            if world_size else f"make_loader({rank}, world_size, epoch)")
+    if kind == "raised":
+        return (f"To see the whole traceback, call your loader factory as rank {rank} did, "
+                f"in one process: {call}, and iterate what it returns.")
+    if kind == "died":
+        return (f"Rank {rank}'s process ended without an error: killed (out of memory? a "
+                "signal?) or ended by os._exit in your code or a library's. Audit fewer "
+                "samples (--steps N) to tell memory from a crash.")
+    return None
+
+
+def _epoch_of(progress: str | None) -> int | None:
+    found = re.match(r"epoch (\d+)", progress or "")
+    return int(found.group(1)) if found else None
 
 
 def _where(rank) -> str:

@@ -6,6 +6,11 @@ not be told, or the factory returned no loader) or ``"error"`` (a rank raised, d
 hung); ``report.exit_status`` is 0, 0, 1, 2 or 3. The headline lists what is wrong, so a
 glance never reads a clean ✔ over a problem. ``report.to_dict()`` is the JSON form
 (schema ``talk_helpers.audit/2``, described in the README).
+
+A report of an audit that could not judge shows why (which rank, the cause, a hint); what
+a later cell reads from it (``epochs``, ``checks``, ``ids()``, ``results[name]``, the order
+and mixing) raises :class:`AuditFailed`, one error that says so, never an AttributeError
+on a None.
 """
 
 from __future__ import annotations
@@ -18,12 +23,27 @@ import numpy as np
 
 from talk_helpers.audit.checks import AuditRun, Options, Verdict
 from talk_helpers.audit.failure import EXIT_FAIL, EXIT_PASS, Failure
-from talk_helpers.checks.verdict import colour_of, table_html
+from talk_helpers.checks.verdict import colour_of, small_html, table_html
 from talk_helpers.palette import BAD_COLOUR, OK_COLOUR, WARN_COLOUR
 
-__all__ = ["SCHEMA", "AuditReport", "EpochAudit"]
+__all__ = ["SCHEMA", "AuditFailed", "AuditReport", "EpochAudit"]
 
 SCHEMA = "talk_helpers.audit/2"
+
+
+class AuditFailed(RuntimeError):
+    """What a failed audit raises when asked for what it could not see."""
+
+
+class _FailedResults(dict):
+    """A failed audit's ``results``: empty, and a lookup says why."""
+
+    def __init__(self, explain):
+        super().__init__()
+        self._explain = explain
+
+    def __missing__(self, name):
+        raise AuditFailed(self._explain(f"results[{name!r}]"))
 
 
 @dataclass
@@ -84,9 +104,18 @@ class AuditReport:
         self.world_size, self.n_epochs = world_size, n_epochs
         self.options = options
         self.run = run
-        self.results = results or {}
+        self.results = results or ({} if failure is None else _FailedResults(self._nothing))
         self.failure = failure
         self.world = world
+
+    def _nothing(self, what: str) -> str:
+        return (f"nothing to show: the audit above failed, so it has no {what} "
+                f"({self.failure.summary()}). Fix what its report names and run the audit "
+                "again")
+
+    def _require_run(self, what: str) -> None:
+        if self.failure is not None:
+            raise AuditFailed(self._nothing(what))
 
     # -- what the older attributes read
 
@@ -101,6 +130,7 @@ class AuditReport:
     @cached_property
     def epochs(self) -> list[list[list[np.ndarray]]]:
         """``[epoch][rank]``: the ids of each batch, as int64 arrays."""
+        self._require_run("epochs")
         if self.run is None:
             return []
         return [[[b.astype(np.int64) for b in r.batches] for r in self.run.epoch(e)]
@@ -108,18 +138,26 @@ class AuditReport:
 
     def ids(self, epoch: int, rank: int) -> np.ndarray:
         """Every id ``rank`` saw in ``epoch``, in order."""
+        self._require_run("ids")
         return self.run.ranks[rank].epochs[epoch].ids.astype(np.int64)
 
     def global_order(self, epoch: int) -> np.ndarray:
         """The ids of ``epoch`` in step order: step k is rank 0's batch k, rank 1's, …"""
+        self._require_run("global order")
         per_rank = self.epochs[epoch]
         steps = max((len(b) for b in per_rank), default=0)
         parts = [per_rank[r][k] for k in range(steps) for r in range(len(per_rank))
                  if k < len(per_rank[r])]
         return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
-    @cached_property
+    @property
     def checks(self) -> list[EpochAudit]:
+        """``checks[e]``: the :class:`EpochAudit` of epoch ``e``."""
+        self._require_run("checks")
+        return self._checks
+
+    @cached_property
+    def _checks(self) -> list[EpochAudit]:
         core = ("exactly_once", "batch_counts", "batch_sizes", "workers")
         if not all(name in self.results for name in core):
             return []
@@ -139,35 +177,44 @@ class AuditReport:
 
     @property
     def expected_count(self) -> int | None:
-        if not self.checks:
+        if not self._checks:
             return None
-        return self.checks[0].exactly_once.expected_count
+        return self._checks[0].exactly_once.expected_count
 
     @property
     def _order(self):
         found = self.results.get("order")
         return None if found is None else found.detail
 
+    def _order_of(self, what: str):
+        self._require_run(what)
+        return self._order
+
     @property
     def order_changes(self) -> dict[int, list[bool]]:
-        return {} if self._order is None else self._order.changes
+        order = self._order_of("order")
+        return {} if order is None else order.changes
 
     @property
     def shuffle(self):
-        return None if self._order is None else self._order.shuffle
+        order = self._order_of("shuffle report")
+        return None if order is None else order.shuffle
 
     @property
     def shuffle_note(self) -> str | None:
-        return None if self._order is None else self._order.note
+        order = self._order_of("shuffle report")
+        return None if order is None else order.note
 
     @property
     def order_repeats(self) -> bool:
         """Some rank replays an epoch's order, or the global order barely changes."""
-        return self._order is not None and self._order.repeats
+        order = self._order_of("order")
+        return order is not None and order.repeats
 
     @property
     def poorly_mixed(self) -> bool:
-        return self._order is not None and self._order.poorly_mixed
+        order = self._order_of("mixing")
+        return order is not None and order.poorly_mixed
 
     # -- verdicts
 
@@ -206,9 +253,9 @@ class AuditReport:
     def to_dict(self, limit: int = 20) -> dict:
         """A JSON-safe summary (ids listed up to ``limit`` per problem); see the README."""
         epochs = []
-        if self.checks:
+        if self._checks:
             once = self.results["exactly_once"]
-            for e, check in enumerate(self.checks):
+            for e, check in enumerate(self._checks):
                 entry = once.detail[e].to_dict(self.run, limit)
                 epochs.append({
                     "epoch": e,
@@ -248,6 +295,9 @@ class AuditReport:
             "shuffle": order.get("shuffle"),
             "shuffle_note": order.get("shuffle_note"),
             "checks": extra,
+            "causes": [c.to_dict() for c in self.causes],
+            "with_replacement": self.options.with_replacement,
+            "mixing_level": self.options.mixing,
             "start_method": None if self.world is None else self.world.start_method,
         }
 
@@ -267,15 +317,22 @@ class AuditReport:
     def _epoch_lines(self, e: int) -> list[str]:
         return [line for v in self.results.values() for line in v.lines_of(e)]
 
+    @property
+    def causes(self) -> list:
+        """The usual cause of each finding that has one, and how the audit knows."""
+        return [c for v in self.results.values() for c in v.causes]
+
     def _lines(self) -> list[tuple[str, str]]:
-        """(label, text) pairs; text starts with ✔/⚠/✘ where it is a verdict."""
+        """(label, entry) pairs; an entry starts with ✔/⚠/✘ where it is a verdict, and its
+        further lines (after a newline) are the statistics behind it."""
         if self.failure is not None:
             return [("", line) for line in self.failure.lines()]
         rows = []
         for e in range(self.n_epochs):
-            for i, line in enumerate(self._epoch_lines(e)):
-                rows.append((f"epoch {e}" if i == 0 else "", line))
+            for i, entry in enumerate(self._epoch_lines(e)):
+                rows.append((f"epoch {e}" if i == 0 else "", entry))
         rows += [row for v in self.results.values() for row in v.rows]
+        rows += [("cause", "\n".join(c.lines())) for c in self.causes]
         rows += [("", note) for v in self.results.values() for note in v.footnotes]
         return rows
 
@@ -283,8 +340,11 @@ class AuditReport:
         lines = self._lines()
         width = max((len(label) for label, _ in lines), default=0)
         out = [self._title()]
-        for label, text in lines:
-            out.append(("  " + (f"{label.ljust(width)}  " if width else "") + text).rstrip())
+        pad = "  " + (" " * width + "  " if width else "")
+        for label, entry in lines:
+            first, *rest = entry.split("\n")
+            out.append(("  " + (f"{label.ljust(width)}  " if width else "") + first).rstrip())
+            out.extend(f"{pad}  {line}".rstrip() for line in rest)
         if self.failure is not None and self.failure.kind != "ids" and self.world is not None:
             out.extend("  " + line for line in repr(self.world).splitlines())
         return "\n".join(out)
@@ -308,10 +368,26 @@ class AuditReport:
                  if name not in dict(columns) for line in v.lines_of(e)]
         extra += [line for name, _ in columns for e in range(self.n_epochs)
                   for line in self.results[name].lines_of(e)[1:]]
-        extra += [f"{text[:2]}{label}: {text[2:]}" if label else text
-                  for v in self.results.values() for label, text in v.rows]
+        extra += [_labelled(label, text) for v in self.results.values()
+                  for label, text in v.rows]
+        extra += [_labelled("cause", "\n".join(c.lines())) for c in self.causes]
         extra += [note.removeprefix("· ") for v in self.results.values() for note in v.footnotes]
         for text in extra:
-            parts.append(f"<div style='color:{colour_of(text)}'>{html.escape(text)}</div>")
+            first, *rest = text.split("\n")
+            parts.append(f"<div style='color:{colour_of(first)}'>{html.escape(first)}</div>")
+            parts.extend(small_html(line, indent=True) for line in rest)
         return "".join(parts) + "</div>"
+
+
+def _labelled(label: str, entry: str) -> str:
+    """'✘ order: order repeats…' from ('order', '✘ order repeats…'), its statistics kept."""
+    if not label:
+        return entry
+    first, _, rest = entry.partition("\n")
+    if first[:1] in "✔✘⚠·" and first[1:2] == " ":
+        if not first[2:].startswith(label):   # not "mixing: mixing unproven"
+            first = f"{first[:2]}{label}: {first[2:]}"
+    elif not first.startswith(label):
+        first = f"{label}: {first}"
+    return first + ("\n" + rest if rest else "")
 

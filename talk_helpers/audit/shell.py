@@ -7,7 +7,8 @@ import json
 import os
 import sys
 
-__all__ = ["LAUNCH_FLAGS", "PROG", "SCRIPT", "UsageError", "emit", "prog", "report_options"]
+__all__ = ["LAUNCH_FLAGS", "PROG", "SCRIPT", "UsageError", "emit", "expected_of", "prog",
+           "read_ids_file", "report_options"]
 
 PROG = "python -m talk_helpers.audit"
 SCRIPT = "talk-helpers-audit"   # the console script pip installs (pyproject.toml)
@@ -25,11 +26,40 @@ def prog() -> str:
 
 def report_options(args) -> dict:
     """The audit's keyword arguments from the flags."""
-    return dict(expected=args.expected, batch_size=args.batch_size, shuffle=args.shuffle,
+    return dict(expected=expected_of(args), batch_size=args.batch_size, shuffle=args.shuffle,
                 dropped_by_design=args.dropped_by_design,
                 repeated_by_design=args.repeated_by_design, ids=args.ids,
                 by_content=args.by_content, steps=args.steps, reuse_loader=args.reuse_loader,
-                epoch_call=args.epoch_call)
+                epoch_call=args.epoch_call, with_replacement=args.with_replacement,
+                mixing=args.mixing)
+
+
+def expected_of(args):
+    """What ``--expected N``, ``--id-range A:B`` or ``--ids-file PATH`` declare."""
+    if getattr(args, "id_range", None) is not None:
+        low, high = args.id_range
+        return range(low, high)
+    if getattr(args, "ids_file", None) is not None:
+        return read_ids_file(args.ids_file)
+    return args.expected
+
+
+def read_ids_file(path: str) -> list:
+    """The ids in ``path``, one per line (blank lines skipped): all integers, or strings."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = [line.strip() for line in f if line.strip()]
+    except OSError as exc:
+        raise UsageError(f"argument --ids-file: cannot read {path!r} ({exc.strerror})") \
+            from None
+    if not values:
+        raise UsageError(f"argument --ids-file: {path!r} holds no ids (one per line)")
+    if all(v.lstrip("-").isdigit() for v in values):
+        ids = [int(v) for v in values]
+        if min(ids) < 0:
+            raise UsageError(f"argument --ids-file: ids count from 0, got {min(ids)}")
+        return ids
+    return values
 
 
 def emit(report, args, stream=None) -> int:

@@ -13,6 +13,7 @@ other ranks wait for it to have printed, say one line each, and exit 3 too.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -21,12 +22,15 @@ from datetime import timedelta
 from talk_helpers.audit.failure import DEADLINE_HINT, EXIT_ERROR, Failure
 from talk_helpers.audit.shell import UsageError, emit, prog, report_options
 
-__all__ = ["main_torchrun"]
+__all__ = ["VERDICTS_ENV", "exit_together", "main_torchrun", "read_verdicts",
+           "write_verdict"]
 
 # A rank done and waiting for the others outlives the deadline by this much, so that the
 # stuck rank's story is told before torchrun stops everyone at the first exit.
 WAITING_GRACE_S = 5.0
 KEY = "audit/"
+EXIT_WAIT_S = 60.0   # how long a rank that knows the verdict waits for the others to know it
+VERDICTS_ENV = "TALK_AUDIT_VERDICTS"   # a folder where each rank writes its exit status
 
 
 def main_torchrun(args, factory) -> int:
@@ -48,10 +52,11 @@ def main_torchrun(args, factory) -> int:
     kwargs = report_options(args)
     try:
         reader = sample_ids(kwargs.pop("ids"), kwargs.pop("by_content"))
-        options = Options(expected=args.expected, batch_size=args.batch_size,
+        options = Options(expected=kwargs["expected"], batch_size=args.batch_size,
                           shuffle=args.shuffle, dropped_by_design=args.dropped_by_design,
                           repeated_by_design=args.repeated_by_design, steps=args.steps,
-                          ids=reader.label, counted=reader.counted)
+                          ids=reader.label, counted=reader.counted,
+                          with_replacement=args.with_replacement, mixing=args.mixing)
         validate_options(options)
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
@@ -77,6 +82,7 @@ def main_torchrun(args, factory) -> int:
         print(f"rank {rank}: cannot join torchrun's world ({type(exc).__name__}: "
               f"{str(exc).splitlines()[0] if str(exc) else ''})", file=sys.stderr)
         deadline.done = True
+        write_verdict(EXIT_ERROR)
         return EXIT_ERROR
     try:
         try:
@@ -84,7 +90,7 @@ def main_torchrun(args, factory) -> int:
         except Stopped:
             payload = ("stopped", progress.text())
         except Exception as exc:
-            failure = from_exception(exc, rank)
+            failure = from_exception(exc, rank, world_size, progress.epoch)
             shared.fail()
             payload = ("error", failure)
         progress.phase = "gathering every rank's results"
@@ -96,6 +102,7 @@ def main_torchrun(args, factory) -> int:
         except Exception as exc:
             print(f"rank {rank}: could not gather the ranks' results ({type(exc).__name__}); "
                   "another rank failed or hung", file=sys.stderr)
+            write_verdict(EXIT_ERROR)
             time.sleep(1.0)
             return EXIT_ERROR
         if rank == 0:
@@ -107,7 +114,8 @@ def main_torchrun(args, factory) -> int:
             status = emit(report, args)
         verdict = [status if rank == 0 else None]
         dist.broadcast_object_list(verdict, src=0)
-        return int(verdict[0])
+        deadline.done = True
+        exit_together(int(verdict[0]), shared.store, rank, world_size)
     finally:
         deadline.done = True
         try:
@@ -210,7 +218,59 @@ class _Deadline:
             time.sleep(0.1)
 
 
+def exit_together(status: int, store, rank: int, world_size: int) -> None:
+    """Exit with ``status`` once every rank knows it (never returns). From here on a
+    SIGTERM (torchrun stopping the ranks after the first exit) exits with ``status`` too."""
+    write_verdict(status)
+    signal.signal(signal.SIGTERM, lambda *_: _exit_now(status))
+    try:
+        store.set(f"{KEY}exiting/{rank}", str(status))
+        store.wait([f"{KEY}exiting/{r}" for r in range(world_size)],
+                   timedelta(seconds=EXIT_WAIT_S))
+    except Exception:  # a rank that died after the verdict: exit with it all the same
+        pass
+    _exit_now(status)
+
+
+def write_verdict(status: int) -> None:
+    """Tell the command's launcher (:mod:`talk_helpers.audit.launch`) this rank's status."""
+    folder = os.environ.get(VERDICTS_ENV)
+    if not folder:
+        return
+    rank = os.environ.get("RANK", "0")
+    path = os.path.join(folder, f"rank-{rank}")
+    try:
+        with open(f"{path}.{os.getpid()}.tmp", "w") as out:
+            out.write(str(status))
+        os.replace(f"{path}.{os.getpid()}.tmp", path)
+    except OSError:
+        pass
+
+
+def read_verdicts(folder: str) -> dict[int, int]:
+    """The statuses ranks wrote into ``folder``, by global rank."""
+    found = {}
+    for name in os.listdir(folder):
+        if name.startswith("rank-") and name[5:].isdigit():
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    found[int(name[5:])] = int(f.read().strip())
+            except (OSError, ValueError):
+                pass
+    return found
+
+
+def _exit_now(status: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(status)
+
+
 def _stop_workers_and_exit(status: int) -> None:
+    write_verdict(status)
     try:
         import psutil
 

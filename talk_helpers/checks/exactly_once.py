@@ -86,21 +86,25 @@ class ExactlyOnceReport:
         """Ids seen that were not expected, sorted."""
         return self.unexpected_ids.tolist()
 
+    @property
+    def headline(self) -> str:
+        """The finding: '✔ every sample once', or '✘ 25 duplicated · 25 missing'."""
+        return once_headline(self.ok, self.duplicated_count, self.missing_count,
+                             self.unexpected_count)
+
+    @property
+    def statistics(self) -> str:
+        """The counts behind it: '100 expected · 75 unique · 125 read in all'."""
+        return (f"{self.expected_count} expected · {self.unique_count} unique · "
+                f"{self.seen_count} read in all")
+
     def __repr__(self) -> str:
-        parts = [
-            f"{self.expected_count} expected",
-            f"{self.unique_count} unique",
-            f"{self.duplicate_ids.size} duplicated",
-            f"{self.missing_ids.size} missing",
-        ]
-        if self.unexpected_ids.size:
-            parts.append(f"{self.unexpected_ids.size} unexpected")
-        return f"{mark(self.ok)} " + " · ".join(parts)
+        return f"{self.headline}\n  {self.statistics}"
 
     __str__ = __repr__
 
     def summary(self, limit: int = 10) -> str:
-        """The verdict line and up to ``limit`` example ids of each problem."""
+        """The verdict, its counts and up to ``limit`` example ids of each problem."""
         return "\n".join([repr(self), *(f"  {k}: {v}" for k, v in self._examples(limit))])
 
     def _examples(self, limit: int) -> list[tuple[str, str]]:
@@ -121,7 +125,19 @@ class ExactlyOnceReport:
         return rows
 
     def _repr_html_(self) -> str:
-        return verdict_html(self.ok, repr(self)[2:], self._examples(8))
+        return verdict_html(self.ok, self.headline[2:], self._examples(8),
+                            statistics=[self.statistics])
+
+
+def once_headline(ok: bool, duplicated: int, missing: int, unexpected: int,
+                  duplicated_word: str = "duplicated",
+                  unexpected_word: str = "unexpected") -> str:
+    """'✔ every sample once', or the problems: '✘ 25 duplicated · 25 missing'."""
+    if ok:
+        return "✔ every sample once"
+    parts = [f"{n} {word}" for n, word in ((duplicated, duplicated_word), (missing, "missing"),
+                                           (unexpected, unexpected_word)) if n]
+    return f"{mark(ok)} " + " · ".join(parts)
 
 
 def _expected_ids(expected) -> tuple[int, np.ndarray | None]:

@@ -86,7 +86,8 @@ __all__ = [
     "MIXING_ALPHA", "ORDER_ALPHA",
     "ShuffleReport", "StepMixing",
     "shuffle_report", "step_report", "rank_mixing", "batch_mixing", "effective_groups",
-    "block_counts",
+    "block_counts", "OrderAcross", "order_across", "mixing_finding", "score_line", "order_line",
+    "spearman", "chunk_windows",
 ]
 
 GOOD_MIXING = 0.8      # a score below this, beyond chance, is "poorly mixed"
@@ -379,6 +380,60 @@ class _PairStats:
                    batches)
 
 
+@dataclass(frozen=True)
+class OrderAcross:
+    """How each rank's order compares across consecutive epochs: ``finding`` (None, the
+    order changes; "repeats"; "similar"), and per pair of epochs the largest share of
+    positions that keep their sample and the largest rank correlation, with the rank
+    that shows it."""
+
+    finding: str | None
+    unchanged: list[float]
+    unchanged_rank: list[int]
+    spearman: list[float]
+    spearman_rank: list[int]
+
+
+def chunk_windows(sequences, chunk: int) -> list:
+    """A chunk-level shuffle's epochs as :func:`step_report` reads them.
+    ``sequences[e][r]``: the storage positions rank ``r`` read in epoch ``e``. Each rank's
+    chunks (``position // chunk``) in the order it first reads them, cut into windows of
+    about the square root of the fewest chunks a rank reads (at least 2)."""
+    require_int("chunk", chunk, minimum=1)
+    orders = []
+    for ranks in sequences:
+        per_rank = []
+        for positions in ranks:
+            chunks = np.asarray(positions, dtype=np.int64) // chunk
+            _, first = np.unique(chunks, return_index=True)
+            per_rank.append(chunks[np.sort(first)])
+        orders.append(per_rank)
+    shortest = min(len(s) for ranks in orders for s in ranks)
+    window = max(2, round(math.sqrt(max(shortest, 1))))
+    return [[[s[i:i + window] for i in range(0, len(s), window)] for s in ranks]
+            for ranks in orders]
+
+
+def order_across(sequences, batch_size: int | None = None) -> OrderAcross:
+    """``sequences[e][r]``: the ids rank ``r`` read in epoch ``e``, in order (≥ 2 epochs),
+    in batches of ``batch_size`` (default: about the square root of a rank's samples).
+    Any integer ids will do (hashes too): only positions and rank correlations are used."""
+    unchanged, unchanged_rank, spearman, spearman_rank, pairs = [], [], [], [], []
+    for before, after in zip(sequences, sequences[1:], strict=False):
+        stats = [_PairStats.of(np.asarray(a, np.int64), np.asarray(b, np.int64),
+                               batch_size or max(1, round(math.sqrt(max(len(a), 1)))))
+                 for a, b in zip(before, after, strict=True)]
+        shares = [p.same / p.n if p.n else 1.0 for p in stats]
+        unchanged_rank.append(int(np.argmax(shares)))
+        unchanged.append(max(shares))
+        rhos = [p.rho for p in stats]
+        spearman_rank.append(int(np.argmax(np.abs(rhos))))
+        spearman.append(rhos[spearman_rank[-1]])
+        pairs.extend(stats)
+    return OrderAcross(_order_finding(pairs), unchanged, unchanged_rank, spearman,
+                       spearman_rank)
+
+
 def _order_finding(pairs: list[_PairStats]) -> str | None:
     """"repeats", "similar" or None: repeats when at least STALE_ORDER of the positions
     hold the same sample (beyond chance), similar when |Spearman| ≥ STALE_ORDER beyond
@@ -467,18 +522,42 @@ def _worst(scores: list[float]) -> float:
     return min(scores) if scores and all(math.isfinite(s) for s in scores) else float("nan")
 
 
-def _verdict(mixing: float, poor: bool, unproven: bool, chance: float | None) -> str:
-    """'well mixed (mixing 0.93; uniform shuffle ≈ 1 ± 0.05 at this size, none = 0)'."""
-    noise = (f" ± {chance:.2f} at this size" if chance is not None and math.isfinite(chance)
-             else "")
+def mixing_finding(mixing: float, poor: bool, unproven: bool, chance: float | None) -> str:
+    """The finding, in words a back row reads: "poorly mixed", "well mixed", …"""
     if not math.isfinite(mixing):
-        return "mixing not measured: some part has no batch of 2 samples or one label only"
-    scale = f"mixing {mixing:.2f}; uniform shuffle ≈ 1{noise}, none = 0"
+        return "mixing not measured"
     if poor:
-        return f"poorly mixed ({scale})"
+        return "poorly mixed"
     if unproven:
-        return f"mixing unproven: too few samples to tell ({scale})"
-    return f"well mixed ({scale})"
+        return "mixing unproven: too few samples to tell"
+    if above_uniform(mixing, chance):
+        return "well mixed, more evenly than chance"
+    return "well mixed"
+
+
+def above_uniform(mixing: float, chance: float | None) -> bool:
+    """A score above the band a uniform shuffle scatters in (1 ± 2 × its spread)."""
+    return bool(math.isfinite(mixing) and chance is not None and math.isfinite(chance)
+                and mixing > 1 + 2 * chance)
+
+
+def score_line(mixing: float, chance: float | None) -> str:
+    """'mixing score 0.44 (a uniform shuffle scores about 1 ± 0.11 at this size; no shuffle
+    scores 0)', and what a score above that band means."""
+    if not math.isfinite(mixing):
+        return "no score: some part has no batch of 2 samples, or one label only"
+    band = (f"about 1 ± {chance:.2f} at this size" if chance is not None
+            and math.isfinite(chance) else "about 1")
+    text = f"mixing score {mixing:.2f} (a uniform shuffle scores {band}; no shuffle scores 0)"
+    if above_uniform(mixing, chance):
+        text += ("; above that band, batches are more balanced than a uniform shuffle makes "
+                 "them, as a stratified sampler's are")
+    return text
+
+
+def _verdict(mixing: float, poor: bool, unproven: bool, chance: float | None) -> str:
+    """The finding and its score on one line, for a cell of a table."""
+    return f"{mixing_finding(mixing, poor, unproven, chance)}: {score_line(mixing, chance)}"
 
 
 class _MixingVerdict:
@@ -497,20 +576,32 @@ class _MixingVerdict:
         return bool(math.isfinite(self.mixing) and not self.poor and self.unproven)
 
     def _mixing_text(self) -> str:
-        return _verdict(self.mixing, self.poor, self.unproven, self.chance)
+        return mixing_finding(self.mixing, self.poor, self.unproven, self.chance)
 
     def __repr__(self) -> str:
         return "\n".join(self._lines())
 
+    @property
+    def headline(self) -> str:
+        """The first line: the mark and the finding."""
+        return self._lines()[0]
+
     def _repr_html_(self) -> str:
         first, *rest = self._lines()
-        return verdict_html(first[:1], first[2:], details=rest)
+        return verdict_html(first[:1], first[2:], statistics=rest)
 
 
 _ORDER_TEXT = {None: "order changes every epoch", "repeats": "order repeats across epochs",
                "similar": "epochs keep a similar order"}
 _ORDER_PROBLEM = {None: None, "repeats": "order repeats",
                   "similar": "similar order across epochs"}
+
+
+def order_line(unchanged: float, rho: float) -> str:
+    """The order's statistics in words: positions kept, and the rank correlation."""
+    return (f"between epochs: up to {unchanged:.0%} of positions keep their sample; rank "
+            f"correlation between epochs {rho:+.2f} (unrelated orders score about 0, the "
+            "same order 1)")
 
 
 @dataclass(repr=False)  # the report reads as its verdict
@@ -576,34 +667,41 @@ class ShuffleReport(_MixingVerdict):
 
     def _lines(self) -> list[str]:
         mark = "✔" if self.ok else "✘"
-        unchanged = max(self.unchanged)
-        rho = max(self.spearman, key=abs)
-        head = f"{mark} shuffle: {_ORDER_TEXT[self.order_finding]} · {self._mixing_text()}"
+        order, mixing = _ORDER_TEXT[self.order_finding], self._mixing_text()
+        if self.ok:
+            head = f"{mark} {order} · {mixing}"
+        else:
+            found = [order] if self.order_finding is not None else []
+            found += [] if self.well_mixed else [mixing]
+            head = f"{mark} " + " · ".join(found)
         what = "micro-batches" if self.rank_scores is not None else "batches"
-        detail = (f"  {self.epochs} epochs × {self.samples_per_epoch} samples · "
-                  f"{what} of {self.batch_size} · "
-                  f"between epochs: ≤ {unchanged:.0%} positions unchanged, "
-                  f"Spearman {rho:+.2f}")
-        return [head, detail, *self._basis_lines()]
+        alone = (["  mixing judged on epoch 0 alone: later epochs repeat its order, so they "
+                  "are no new draws"] if self.order_finding is not None else [])
+        return [head, f"  {score_line(self.mixing, self.chance)}", *alone,
+                f"  {order_line(max(self.unchanged), max(self.spearman, key=abs))}",
+                f"  {self.epochs} epochs × {self.samples_per_epoch} samples in {what} of "
+                f"{self.batch_size}", *self._basis_lines()]
 
     def _basis_lines(self) -> list[str]:
         if self.group_scores is not None or (self.rank_scores is not None and self.n_groups):
-            basis = f"group mixing over {self.n_groups} groups"
+            basis = (f"scored on your {self.n_groups} groups: how many groups a batch holds, "
+                     "against a uniform shuffle")
         else:
-            shown = ", ".join(f"{m}: {s:.2f}" for m, s in (self.blocks or {}).items())
-            basis = f"storage blocks (smallest over block counts {shown})"
+            shown = ", ".join(f"{m} blocks {s:.2f}" for m, s in (self.blocks or {}).items())
+            basis = ("scored on storage blocks: the ids cut into runs of neighbours in "
+                     f"storage order, the lowest score counts ({shown})")
         if self.rank_scores is not None:
             ranks = ", ".join(f"{s:.2f}" for s in self.rank_scores)
-            line = (f"  {basis}; each rank's micro-batches: {ranks} · "
-                    f"global step ({self.world_size} ranks): {self.step_score:.2f}")
-            lines = [line]
+            lines = [f"  {basis}",
+                     f"  each rank's micro-batches score {ranks}; all ranks' micro-batches of "
+                     f"one step together ({self.world_size} ranks) {self.step_score:.2f}"]
             if self.rank_effective is not None:
                 eff = ", ".join(f"{e:.1f}" for e in self.rank_effective)
-                lines.append(f"  effective groups per micro-batch, per rank: {eff}")
+                lines.append(f"  groups a micro-batch effectively holds, per rank: {eff}")
             return lines
         scores = self.group_scores if self.group_scores is not None else self.block_scores
         per_epoch = ", ".join(f"{s:.2f}" for s in scores)
-        return [f"  {basis}; per epoch: {per_epoch}"]
+        return [f"  {basis}", f"  per epoch: {per_epoch}"]
 
 
 def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None) -> ShuffleReport:
@@ -643,9 +741,15 @@ def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None) -> 
     identity = np.arange(labels.n)
     spread = [batch_spread(labels.rank(order), identity, labels.n, batch_size)
               for order in orders]
-    view = _View.of(labels, [_cut(order, batch_size) for order in orders],
-                    [labels.rank(order) for order in orders])
+    finding = _order_finding(pairs)
+    # Epochs that follow the first one's order are not new draws: pooled, they would make a
+    # uniform shuffle look worse than chance allows. Mixing is then judged on epoch 0 alone.
+    judged_orders = orders if finding is None else orders[:1]
+    view = _View.of(labels, [_cut(order, batch_size) for order in judged_orders],
+                    [labels.rank(order) for order in judged_orders])
     counts = block_counts(labels.n, view.pairs)
+    every = _View.of(labels, [_cut(order, batch_size) for order in orders],
+                     [labels.rank(order) for order in orders])
     epochs = range(len(orders))
     if groups is None:
         judged = _judge(labels, [view], counts)
@@ -655,16 +759,16 @@ def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None) -> 
         judged = _judge(labels, [view], (None,))
         per_count = {m: _measure(labels, view, m).score for m in counts}
         block_score = _worst(list(per_count.values()))
-        group_scores = [_scores_only(labels, view, (None,), [e]) for e in epochs]
+        group_scores = [_scores_only(labels, every, (None,), [e]) for e in epochs]
         n_groups = labels.n_groups
-    block_scores = [_scores_only(labels, view, counts, [e]) for e in epochs]
+    block_scores = [_scores_only(labels, every, counts, [e]) for e in epochs]
     return ShuffleReport(epochs=len(orders), samples_per_epoch=n, batch_size=batch_size,
                          unchanged=unchanged, spearman=spearman, spread=spread,
                          group_scores=group_scores, n_groups=n_groups,
                          basis="group mixing" if groups is not None else "storage blocks",
                          block_scores=block_scores, blocks=per_count,
                          block_score=block_score, chance=judged.chance, poor=judged.poor,
-                         unproven=judged.unproven, order_finding=_order_finding(pairs))
+                         unproven=judged.unproven, order_finding=finding)
 
 
 def _check_batch_size(batch_size, n: int) -> int:
@@ -705,12 +809,16 @@ class StepMixing(_MixingVerdict):
     def _lines(self) -> list[str]:
         mark = "✔" if self.ok else "✘"
         ranks = ", ".join(f"{s:.2f}" for s in self.rank_scores)
-        lines = [f"{mark} micro-batches: {self._mixing_text()}",
-                 f"  {self.basis}; each rank's micro-batches of {self.micro_batch}: {ranks} · "
-                 f"global step ({self.world_size} ranks): {self.step_score:.2f}"]
+        basis = ("storage blocks (the ids cut into runs of neighbours in storage order)"
+                 if self.basis == "storage blocks" else self.basis)
+        lines = [f"{mark} micro-batches {self._mixing_text()}",
+                 f"  {score_line(self.mixing, self.chance)}",
+                 f"  scored on {basis}: each rank's micro-batches of {self.micro_batch} score "
+                 f"{ranks}; all ranks' micro-batches of one step together "
+                 f"({self.world_size} ranks) {self.step_score:.2f}"]
         if self.rank_effective is not None:
             eff = ", ".join(f"{e:.1f}" for e in self.rank_effective)
-            lines.append(f"  effective groups per micro-batch, per rank: {eff}")
+            lines.append(f"  groups a micro-batch effectively holds, per rank: {eff}")
         return lines
 
 
@@ -801,7 +909,10 @@ def step_report(epochs, groups=None) -> ShuffleReport:
         unchanged.append(max(p.same / p.n if p.n else 1.0 for p in stats))
         spearman.append(max((p.rho for p in stats), key=abs))
         pairs.extend(stats)
-    rank_scores, step_score, effective, judged = _score_ranks(labels, epochs, groups)
+    finding = _order_finding(pairs)
+    # epochs that follow the first one's order are no new draws (see shuffle_report)
+    judged_epochs = epochs if finding is None else epochs[:1]
+    rank_scores, step_score, effective, judged = _score_ranks(labels, judged_epochs, groups)
     sizes = [len(b) for ranks in epochs for r in ranks for b in r]
     return ShuffleReport(epochs=len(epochs), samples_per_epoch=sum(len(s) for s in sequences[0]),
                          batch_size=max(sizes) if sizes else 0, unchanged=unchanged,
@@ -811,7 +922,7 @@ def step_report(epochs, groups=None) -> ShuffleReport:
                          rank_scores=rank_scores, step_score=step_score,
                          rank_effective=effective, world_size=world, chance=judged.chance,
                          poor=judged.poor, unproven=judged.unproven,
-                         order_finding=_order_finding(pairs))
+                         order_finding=finding)
 
 
 # --- order statistics ----------------------------------------------------------------------
@@ -841,6 +952,11 @@ def _ranks(values: np.ndarray) -> np.ndarray:
     sums = np.bincount(inverse, weights=np.arange(len(values), dtype=np.float64))
     ranks[order] = (sums / counts)[inverse]
     return ranks
+
+
+def spearman(a, b) -> float:
+    """The Spearman rank correlation of two equal-length sequences of numbers."""
+    return _spearman(np.asarray(a), np.asarray(b))
 
 
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from talk_helpers.palette import BAD_COLOUR, INFO_COLOUR, OK_COLOUR, WARN_COLOUR
 
 __all__ = ["BAD_MARK", "OK_MARK", "WARN_MARK", "colour_of", "listing", "mark",
-           "table_html", "verdict_html"]
+           "small_html", "table_html", "verdict_html"]
 
 OK_MARK, BAD_MARK, WARN_MARK, NOTE_MARK = "✔", "✘", "⚠", "·"
 _COLOURS = {OK_MARK: OK_COLOUR, BAD_MARK: BAD_COLOUR, WARN_MARK: WARN_COLOUR}
@@ -42,13 +42,14 @@ def listing(items: list, total: int, limit: int | None = None) -> str:
 
 
 def verdict_html(ok: bool | str, headline: str, rows: Sequence[tuple[str, str]] = (),
-                 details: Sequence[str] = ()) -> str:
-    """A headline after its mark (``ok`` True/False, or a mark itself), then ``(label,
-    text)`` rows, a label coloured by its text's mark (a problem, ✘, when it has none),
-    then plain detail lines."""
+                 details: Sequence[str] = (), statistics: Sequence[str] = ()) -> str:
+    """A headline after its mark (``ok`` True/False, or a mark itself), the
+    ``statistics`` behind it in smaller print, then ``(label, text)`` rows, a label
+    coloured by its text's mark (a problem, ✘, when it has none), then detail lines."""
     sign = mark(ok) if isinstance(ok, bool) else ok
     out = (f'<div style="{_MONO}"><span style="color:{colour_of(sign)};font-weight:bold">'
            f"{sign}</span> {html.escape(headline)}")
+    out += "".join(small_html(line.strip(), indent=True) for line in statistics)
     if rows:
         cells = "".join(
             f'<tr><td style="color:{_label_colour(text)};text-align:left">'
@@ -60,15 +61,29 @@ def verdict_html(ok: bool | str, headline: str, rows: Sequence[tuple[str, str]] 
     return out + "</div>"
 
 
+def small_html(text: str, indent: bool = False) -> str:
+    """A line of statistics behind a verdict, in smaller print."""
+    margin = "margin-left:1.5em;" if indent else ""
+    return (f'<div style="{margin}color:{INFO_COLOUR}"><small>{html.escape(text)}</small>'
+            "</div>")
+
+
 def table_html(headers: Sequence[str], rows: Sequence[Sequence[str]], *,
                align: str = "left") -> str:
-    """A table whose cells take the colour of the mark they start with."""
+    """A table whose cells take the colour of the mark they start with. A cell's first
+    line is its verdict; its further lines (the statistics behind it) are in smaller
+    print."""
     head = "".join(f"<th style='text-align:{align}'>{html.escape(h)}</th>" for h in headers)
     body = "".join(
         "<tr>" + "".join(f"<td style='text-align:{align};color:{colour_of(str(cell))}'>"
-                         f"{html.escape(str(cell))}</td>" for cell in row) + "</tr>"
+                         f"{_cell(str(cell))}</td>" for cell in row) + "</tr>"
         for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _cell(text: str) -> str:
+    first, *rest = text.split("\n")
+    return html.escape(first) + "".join(small_html(line.strip()) for line in rest)
 
 
 def _label_colour(text: str) -> str:

@@ -12,8 +12,10 @@ The interface (:mod:`talk_helpers.audit.checks.base`):
     batch, the worker that made it), ``run.ids(e)`` every id of an epoch, ``run.options``
     what the user asked (expected, batch size, shuffle, by-design counts, steps, how ids
     were read), ``run.id_text(i)`` how to name a sample. The :class:`Verdict` says what to
-    show per epoch and after the epochs, the headline's ✘ and ⚠ problems (a ✘ fails the
-    audit, exit status 1) and the check's JSON. Judge with the pure checks of
+    show per epoch and after the epochs (each entry its finding first, the statistics
+    behind it on the lines after), the headline's ✘ and ⚠ problems (a ✘ fails the
+    audit, exit status 1), the usual cause of a finding with how the audit knows
+    (:class:`Cause`) and the check's JSON. Judge with the pure checks of
     :mod:`talk_helpers.checks`; render marks with :mod:`talk_helpers.checks.verdict`.
 
 ``Check.recorder(plan) -> Recorder | None``
@@ -38,7 +40,7 @@ A sketch, for a check that every rank reads at least one batch::
             return out
 """
 
-from talk_helpers.audit.checks.base import AuditRun, Check, Options, Recorder, Verdict
+from talk_helpers.audit.checks.base import AuditRun, Cause, Check, Options, Recorder, Verdict
 from talk_helpers.audit.checks.batch_counts import BatchCounts
 from talk_helpers.audit.checks.batch_sizes import BatchSizes
 from talk_helpers.audit.checks.exactly_once import ExactlyOnce
@@ -46,7 +48,7 @@ from talk_helpers.audit.checks.order import Order
 from talk_helpers.audit.checks.shared_memory import SharedMemory
 from talk_helpers.audit.checks.workers import Workers
 
-__all__ = ["CHECKS", "AuditRun", "Check", "Options", "Recorder", "Verdict"]
+__all__ = ["CHECKS", "AuditRun", "Cause", "Check", "Options", "Recorder", "Verdict"]
 
 CHECKS: tuple[Check, ...] = (ExactlyOnce(), BatchCounts(), BatchSizes(), Order(), Workers(),
                              SharedMemory())

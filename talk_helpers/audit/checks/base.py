@@ -11,13 +11,16 @@ import numpy as np
 
 from talk_helpers.audit.collect import Plan, RankEpoch, RankRun
 
-__all__ = ["AuditRun", "Check", "Options", "Recorder", "Verdict"]
+__all__ = ["AuditRun", "Cause", "Check", "Options", "Recorder", "Verdict"]
 
 
 @dataclass(frozen=True)
 class Options:
     """What the user asked the audit to judge (the arguments of ``audit()``, the flags of
-    the command line). ``counted``: ids are content hashes, so ``expected`` is a count."""
+    the command line). ``counted``: ids are content hashes, so ``expected`` is a count.
+    ``with_replacement``: samples are drawn with replacement, judged for coverage and
+    balance instead of exactly once. ``mixing``: the level mixing is judged at, "sample"
+    or "chunk:N" (N consecutive ids in storage order)."""
 
     expected: Any = None
     batch_size: int | None = None
@@ -27,19 +30,53 @@ class Options:
     steps: int | None = None
     ids: str = "default"
     counted: bool = False
+    with_replacement: bool = False
+    mixing: str = "sample"
+
+    @property
+    def chunk(self) -> int | None:
+        """N for ``mixing="chunk:N"``, else None."""
+        return int(self.mixing.split(":", 1)[1]) if self.mixing.startswith("chunk:") else None
+
+
+@dataclass
+class Cause:
+    """The usual cause of a finding, and how the audit knows: shown under the epochs as
+    ``cause  ✘ <finding>: <cause>`` with ``how the audit knows: <evidence>`` and the fix."""
+
+    mark: str
+    finding: str
+    cause: str
+    evidence: str
+    fix: str | None = None
+
+    def lines(self) -> list[str]:
+        out = [f"{self.mark} {self.finding}: {self.cause}",
+               f"how the audit knows: {self.evidence}"]
+        if self.fix:
+            out.append(f"what to do: {self.fix}")
+        return out
+
+    def to_dict(self) -> dict:
+        return {"mark": self.mark, "finding": self.finding, "cause": self.cause,
+                "evidence": self.evidence, "fix": self.fix}
 
 
 @dataclass
 class Verdict:
     """What one check found.
 
-    * ``epoch_lines[e]``: lines shown under "epoch e", each starting with its mark
-      (✔ pass, ✘ fail, ⚠ warn, · note); the first fills the check's column of the HTML
-      table when the check has a ``column``.
-    * ``rows``: ``(label, line)`` pairs shown after the epochs ("order", "shuffle").
+    * ``epoch_lines[e]``: entries shown under "epoch e", each starting with its mark
+      (✔ pass, ✘ fail, ⚠ warn, · note); an entry's further lines (after a newline) are
+      the statistics behind it, indented in text and in smaller print in HTML. The first
+      entry fills the check's column of the HTML table when the check has a ``column``.
+    * ``rows``: ``(label, entry)`` pairs shown after the epochs ("order", "mixing"),
+      entries as above.
     * ``problems``: ``(mark, short text)`` for the headline, ✘ or ⚠. A ✘ fails the audit.
     * ``notes``: short texts shown in the headline after every problem (by design).
     * ``footnotes``: lines shown last (what was expected and why).
+    * ``causes``: the usual cause of a ✘ or ⚠ finding and how the audit knows
+      (:class:`Cause`), shown after the epochs.
     * ``passed``: a short text the headline shows as ✔ when the audit only warns.
     * ``data``: the JSON of this check, under ``"checks"`` in ``to_dict()``.
     * ``detail``: the check's own objects, for Python users and the older attributes.
@@ -50,6 +87,7 @@ class Verdict:
     problems: list[tuple[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     footnotes: list[str] = field(default_factory=list)
+    causes: list[Cause] = field(default_factory=list)
     passed: str | None = None
     data: dict = field(default_factory=dict)
     detail: Any = None
