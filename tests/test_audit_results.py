@@ -80,3 +80,10 @@ def test_a_row_whose_resumed_run_failed_says_the_resume_crashed(passed, failed):
     cells = la.LibraryRow("resumed", passed, failed).cells()
     assert cells[0] == (True, "yes")
     assert cells[-1] == (False, "crashed: RuntimeError: a rank died")
+
+
+def test_a_figure_of_a_failed_audit_says_it_needs_a_real_run(failed):
+    from talk_helpers.diagrams.ddp import _placements
+
+    with pytest.raises(ValueError, match="a failed one"):
+        _placements(failed, 0)

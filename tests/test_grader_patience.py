@@ -150,3 +150,13 @@ def test_the_audit_deadline_grows_with_the_cost_of_a_start(monkeypatch):
     quick = ranks.audit_deadline_s()
     start_up.note_start("fork", 5.0)
     assert ranks.audit_deadline_s() > quick + 5
+
+
+@pytest.mark.distributed
+def test_06_4_past_its_deadline_is_not_graded_never_not_yet(monkeypatch):
+    from talk_helpers.exercises import uneven_batches
+
+    monkeypatch.setattr(start_up, "audit_deadline_s", lambda **_: 4.0)
+    grade = uneven_batches.grade_even_loader(functools.partial(_sleepy_loader))
+    assert grade.late and grade.passed is None, grade
+    assert "did not finish within 4 s" in grade.message and "raised" not in grade.message

@@ -269,3 +269,23 @@ def test_table_does_not_fault_an_unshuffled_loader_for_repeating_its_order():
                         expected=5, shuffle=False)
     text = repr(la.AuditTable([la.LibraryRow("plain", report)]))
     assert "repeats (no shuffle asked)" in text and "✘ repeats" not in text
+
+
+def test_a_litdata_folder_that_optimize_left_incomplete_is_never_kept(tmp_path, monkeypatch):
+    import litdata
+
+    from talk_helpers.libraries import litdata_loaders
+
+    def writes_only_an_index(fn, inputs, output_dir, **_):
+        import json
+        import os
+
+        os.makedirs(output_dir)
+        with open(os.path.join(output_dir, "index.json"), "w") as f:
+            json.dump({"chunks": [{"filename": "chunk-0-0.bin", "chunk_size": 8}]}, f)
+
+    monkeypatch.setattr(litdata_loaders, "cache_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(litdata, "optimize", writes_only_an_index)
+    with pytest.raises(RuntimeError, match="wrote 0 of 61 ids"):
+        litdata_loaders.litdata_dir(61, 8)
+    assert list(tmp_path.iterdir()) == []  # nothing a later call would take as built

@@ -85,7 +85,7 @@ def _placements(data, epoch: int) -> tuple[list, list]:
         rows = [(r, w) for r, per_rank in enumerate(data.worker_samples)
                 for w in range(len(per_rank))]
         return rows, placement_pairs(data)
-    if hasattr(data, "world") and hasattr(data, "checks"):
+    if hasattr(data, "world") and hasattr(type(data), "checks"):
         if data.world is None or not data.world.results:
             raise ValueError("an AuditReport panel needs a real run's results (an audit in "
                              "a world, not in_process=True or a failed one)")

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from itertools import islice
 
 import numpy as np
-import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, DistributedSampler
 
 from talk_helpers.arguments import require_int
@@ -31,11 +30,11 @@ from talk_helpers.exercises import (
     GradeFailure,
     choice,
     is_stub,
-    not_graded,
     not_tried,
     not_yet,
     passes,
     raised,
+    start_up,
 )
 from talk_helpers.exercises.loading import (
     HINT_GLOBAL_STREAM,
@@ -44,9 +43,7 @@ from talk_helpers.exercises.loading import (
     recording_loader,
     shared_streams,
 )
-from talk_helpers.exercises.start_up import START_FLOOR_S, start_allowance_s
 from talk_helpers.model.simulate import simulate
-from talk_helpers.runtime.start_method import requested_start_method
 
 __all__ = ["DIAGNOSES", "EQUAL_BY", "NUM_WORKERS", "WORLD_SIZE", "grade_diagnosis",
            "grade_idle_workers", "grade_sampler_counts", "grade_whole_dataset"]
@@ -163,7 +160,7 @@ def grade_whole_dataset(make_loader: Callable, *, size: int, equal_by: str | Non
         report = audit(make_loader, world_size=WORLD_SIZE, epochs=EPOCHS, expected=size,
                        shuffle=True, timeout_s=deadline)
         if report.failure is not None and report.failure.kind == "hung":
-            return _late(report.failure, deadline)
+            return start_up.late_audit(WHOLE, report.failure, deadline, WORLD_SIZE)
         if report.error is not None:
             return not_yet(WHOLE, report.error.replace("the audit could not finish: ", ""),
                            _error_hint(report.error))
@@ -179,18 +176,7 @@ def grade_whole_dataset(make_loader: Callable, *, size: int, equal_by: str | Non
 def audit_deadline_s() -> float:
     """How long 05.4's audit may take here: its 2 ranks and the 2 workers each starts per
     epoch, at what starting a process costs with this start method on this machine."""
-    method = requested_start_method() or mp.get_start_method()
-    starts = WORLD_SIZE * (1 + NUM_WORKERS * EPOCHS)
-    return START_FLOOR_S + start_allowance_s(method, starts, wait=True)
-
-
-def _late(failure, deadline: float) -> Grade:
-    where = "; ".join(f"rank {rank}: {text}" for rank, text in sorted(
-        (failure.progress or {}).items()))
-    return not_graded(WHOLE, f"the audit's {WORLD_SIZE} ranks and their workers did not finish "
-                             f"within {deadline:.0f} s ({where}). Starting processes is slow "
-                             "on this machine now: run the grader again",
-                      "if it happens every time, look for a loop in __iter__ that never ends")
+    return start_up.audit_deadline_s(WORLD_SIZE, NUM_WORKERS, EPOCHS)
 
 
 def _streams_apart(make_loader: Callable, size: int) -> None:

@@ -31,8 +31,10 @@ import torch.multiprocessing as mp
 
 from talk_helpers.exercises import Grade, not_graded
 from talk_helpers.runtime.start_cost import interpreter_start_s
+from talk_helpers.runtime.start_method import requested_start_method
 
-__all__ = ["START_FACTOR", "START_FLOOR_S", "STALL_FLOOR_S", "late_start", "late_stall",
+__all__ = ["START_FACTOR", "START_FLOOR_S", "STALL_FLOOR_S", "audit_deadline_s", "late_audit",
+           "late_start", "late_stall",
            "note_start", "start_allowance_s", "start_cost_s", "start_method", "stall_allowance_s"]
 
 START_FLOOR_S = 30.0   # every start-up gets this long before the cost is even measured
@@ -87,6 +89,26 @@ def stall_allowance_s(method: str) -> float:
     is known of the cost, never waiting for it)."""
     known = _measured if method != "fork" and _measured is not None else 0.0
     return STALL_FLOOR_S + START_FACTOR * max(known, _seen.get(method, 0.0), FORK_COST_S)
+
+
+def audit_deadline_s(world_size: int, workers: int, epochs: int) -> float:
+    """How long a grader's audit may take here: ``world_size`` ranks that each start
+    ``workers`` workers per epoch for ``epochs`` epochs, at what starting a process costs
+    with the start method in force on this machine."""
+    method = requested_start_method() or mp.get_start_method()
+    starts = world_size * (1 + workers * epochs)
+    return START_FLOOR_S + start_allowance_s(method, starts, wait=True)
+
+
+def late_audit(exercise: str, failure, deadline_s: float, world_size: int) -> Grade:
+    """*Not graded*: the audit's ranks did not finish within ``deadline_s``; where each
+    rank was (``failure.progress``) and to run the grader again."""
+    where = "; ".join(f"rank {rank}: {text}" for rank, text in sorted(
+        (failure.progress or {}).items()))
+    return not_graded(exercise, f"the audit's {world_size} ranks and their workers did not "
+                                f"finish within {deadline_s:.0f} s ({where}). Starting "
+                                "processes is slow on this machine now: run the grader again",
+                      "if it happens every time, look for a loop in __iter__ that never ends")
 
 
 def late_start(exercise: str, waited_s: float, method: str, *, what: str,

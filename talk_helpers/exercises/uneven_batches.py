@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from talk_helpers.arguments import is_int
-from talk_helpers.exercises import Grade, attempt, choice, is_stub, not_tried, not_yet, passes
+from talk_helpers.exercises import (
+    Grade,
+    attempt,
+    choice,
+    is_stub,
+    not_tried,
+    not_yet,
+    passes,
+    start_up,
+)
 
 __all__ = ["grade_even_loader", "grade_fixed_count", "grade_hanging_shards",
            "grade_mystery_hang"]
@@ -68,7 +77,15 @@ def grade_even_loader(make_even_loader) -> Grade:
     def run() -> Grade:
         from talk_helpers.audit import audit
 
-        report = audit(make_even_loader, world_size=2, epochs=1, expected=14, shuffle=False)
+        deadline = start_up.audit_deadline_s(world_size=2, workers=2, epochs=1)
+        report = audit(make_even_loader, world_size=2, epochs=1, expected=14, shuffle=False,
+                       timeout_s=deadline)
+        if report.failure is not None and report.failure.kind == "hung":
+            return start_up.late_audit("06.4", report.failure, deadline, world_size=2)
+        if report.error is not None:
+            return not_yet("06.4", report.error.replace("the audit could not finish: ", ""),
+                           "call make_even_loader(0, 2, 0) in a cell of its own to see the "
+                           "error where it happens")
         epoch = report.checks[0]
         if not epoch.exactly_once.ok:
             return not_yet("06.4", repr(epoch.exactly_once),

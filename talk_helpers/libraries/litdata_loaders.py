@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import tempfile
 from unittest import mock
 
@@ -44,14 +46,30 @@ def litdata_dir(n: int = N_SAMPLES, chunk_size: int = 8) -> str:
         litdata.optimize(fn=_litdata_item, inputs=list(range(n)), output_dir=out,
                          chunk_size=chunk_size, num_workers=1,
                          verbose=False)  # its progress bar is a widget in a notebook
+    written = _ids_written(out)
+    if written != n:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RuntimeError(f"litdata.optimize wrote {written} of {n} ids into {out}: "
+                           "nothing was kept, the next call builds the folder again")
     try:
         os.rename(out, folder)
     except OSError:          # another rank got there first; its folder is the same
         pass
-    import shutil
-
     shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+def _ids_written(out: str) -> int:
+    """How many ids the chunks listed in ``out/index.json`` hold (0 if the index or any
+    chunk file is missing): a folder is kept only when this is all of them."""
+    try:
+        with open(os.path.join(out, "index.json")) as f:
+            chunks = json.load(f)["chunks"]
+    except (OSError, ValueError, KeyError):
+        return 0
+    if not all(os.path.exists(os.path.join(out, c["filename"])) for c in chunks):
+        return 0
+    return sum(int(c["chunk_size"]) for c in chunks)
 
 
 def make_litdata_loader(rank: int, world_size: int, epoch: int, *, n: int = N_SAMPLES,

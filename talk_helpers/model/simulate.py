@@ -163,7 +163,7 @@ class Simulation:
         the list of batches (id sequences) one rank iterated, e.g. ``report.epochs[0]``; or
         give the audit report itself, and its ``epoch`` is compared (nothing to show when
         the audit failed)."""
-        if hasattr(real_batches, "epochs") and hasattr(real_batches, "world_size"):
+        if hasattr(type(real_batches), "epochs") and hasattr(real_batches, "world_size"):
             if audit_failed(real_batches):
                 return NothingToShow()
             require_int("epoch", epoch, minimum=0, maximum=real_batches.n_epochs - 1)
