@@ -979,3 +979,13 @@ def test_each_line_starts_with_its_finding_and_the_statistics_follow_in_words():
     assert rows["mixing"].splitlines()[0] == "✔ well mixed"
     assert rows["mixing"].splitlines()[1].startswith("mixing score ")
     assert "a uniform shuffle scores about 1 ± " in rows["mixing"]
+
+
+def test_html_lines_outside_the_table_name_their_epoch_and_show_a_shared_line_once():
+    from talk_helpers.audit.report import _by_epoch
+
+    workers = "✔ samples per worker: rank 0: 30, 20 · rank 1: 30, 20"
+    shown = _by_epoch([[workers, "⚠ 1 of 4 workers idle"], [workers]])
+    assert shown == ["✔ every epoch · samples per worker: rank 0: 30, 20 · rank 1: 30, 20",
+                     "⚠ epoch 0 · 1 of 4 workers idle"]
+    assert _by_epoch([[workers]]) == [workers]  # one epoch: nothing to tell apart

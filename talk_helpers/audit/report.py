@@ -364,10 +364,12 @@ class AuditReport:
         rows = [[str(e)] + [(self.results[name].lines_of(e) or ["-"])[0]
                             for name, _ in columns] for e in range(self.n_epochs)]
         parts.append(table_html(["epoch", *(title for _, title in columns)], rows))
-        extra = [line for e in range(self.n_epochs) for name, v in self.results.items()
-                 if name not in dict(columns) for line in v.lines_of(e)]
-        extra += [line for name, _ in columns for e in range(self.n_epochs)
-                  for line in self.results[name].lines_of(e)[1:]]
+        extra = _by_epoch([[line for name, v in self.results.items()
+                            if name not in dict(columns) for line in v.lines_of(e)]
+                           for e in range(self.n_epochs)])
+        extra += _by_epoch([[line for name, _ in columns
+                             for line in self.results[name].lines_of(e)[1:]]
+                            for e in range(self.n_epochs)])
         extra += [_labelled(label, text) for v in self.results.values()
                   for label, text in v.rows]
         extra += [_labelled("cause", "\n".join(c.lines())) for c in self.causes]
@@ -377,6 +379,28 @@ class AuditReport:
             parts.append(f"<div style='color:{colour_of(first)}'>{html.escape(first)}</div>")
             parts.extend(small_html(line, indent=True) for line in rest)
         return "".join(parts) + "</div>"
+
+
+def _by_epoch(lines: list[list[str]]) -> list[str]:
+    """Each epoch's lines (outside the table, where no row names the epoch) with their
+    epoch named; a line that every epoch has alike is shown once, for every epoch."""
+    if len(lines) <= 1:
+        return [line for epoch in lines for line in epoch]
+    alike = [line for line in lines[0] if all(line in other for other in lines[1:])]
+    shown = [_in_epochs("every epoch", line) for line in alike]
+    for e, epoch in enumerate(lines):
+        shown += [_in_epochs(f"epoch {e}", line) for line in epoch if line not in alike]
+    return shown
+
+
+def _in_epochs(which: str, entry: str) -> str:
+    """'✔ every epoch · samples per worker: …' from '✔ samples per worker: …'."""
+    first, _, rest = entry.partition("\n")
+    if first[:1] in "✔✘⚠·" and first[1:2] == " ":
+        first = f"{first[:2]}{which} · {first[2:]}"
+    else:
+        first = f"{which} · {first}"
+    return first + ("\n" + rest if rest else "")
 
 
 def _labelled(label: str, entry: str) -> str:

@@ -29,6 +29,7 @@ about the square root of their number, scored like micro-batches.
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -238,7 +239,7 @@ class OrderDetail:
         if self.finding is not None:
             lines.append("judged on epoch 0 alone: later epochs repeat its order, so they "
                          "are no new draws")
-        ranks = ", ".join(f"{v:.2f}" for v in s.rank_scores)
+        ranks = ", ".join(f"{v:.2f}" if math.isfinite(v) else "no score" for v in s.rank_scores)
         if self.level != "sample":
             lines.append(f"judged at the level of {self.level}: each rank's chunks in the order "
                          "it first reads them, in windows")
