@@ -969,7 +969,7 @@ def test_each_line_starts_with_its_finding_and_the_statistics_follow_in_words():
         "             14 expected · 12 unique · 24 read in all",
         "             duplicated: 0 ×2, 1 ×2, 2 ×2, 3 ×2, 4 ×2, 5 ×2, … (+6 more)",
         "             missing: 12, 13"]
-    assert "Spearman" not in repr(report) and "rank correlation between epochs" in repr(report)
+    assert "order correlation (Spearman)" in repr(report) and "rank correlation" not in repr(report)
     html = report._repr_html_()
     assert "✘ 12 duplicated · 2 missing<div" in html
     assert "<small>14 expected · 12 unique · 24 read in all</small>" in html

@@ -299,7 +299,7 @@ def test_the_first_line_is_the_finding_and_the_statistics_follow_in_words():
     assert first == "✔ order changes every epoch · well mixed"
     assert rest[0].startswith("  mixing score ") and "a uniform shuffle scores about 1 ± " \
         in rest[0] and rest[0].endswith("no shuffle scores 0)")
-    assert "rank correlation between epochs" in repr(good) and "Spearman" not in repr(good)
+    assert "order correlation (Spearman)" in repr(good) and "rank correlation" not in repr(good)
     assert "runs of neighbours in storage order" in repr(good)
     bad = shuffle_report([np.arange(400)] * 2, batch_size=20)
     assert repr(bad).splitlines()[0] == "✘ order repeats across epochs · poorly mixed"

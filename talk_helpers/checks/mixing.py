@@ -599,9 +599,9 @@ _ORDER_PROBLEM = {None: None, "repeats": "order repeats",
 
 def order_line(unchanged: float, rho: float) -> str:
     """The order's statistics in words: positions kept, and the rank correlation."""
-    return (f"between epochs: up to {unchanged:.0%} of positions keep their sample; rank "
-            f"correlation between epochs {rho:+.2f} (unrelated orders score about 0, the "
-            "same order 1)")
+    return (f"between epochs: up to {unchanged:.0%} of positions keep their sample; order "
+            f"correlation (Spearman) {rho:+.2f} (unrelated orders score about 0, the same "
+            "order 1)")
 
 
 @dataclass(repr=False)  # the report reads as its verdict

@@ -283,7 +283,7 @@ def order_causes(run: AuditRun, detail, mark: str, epochs_seen) -> list[Cause]:
         out.append(Cause(
             mark, "similar order across epochs", "each epoch moves samples only a little "
             "from the last one's order (a small shuffle buffer, or a shuffle within a "
-            "window)", "the rank correlation between consecutive epochs is "
+            "window)", "the order correlation (Spearman) between consecutive epochs is "
             f"{max(detail.across.spearman, key=abs):+.2f} (unrelated orders: about 0)",
             "shuffle the whole epoch (or larger windows), with a new seed every epoch"))
     if detail.mixing_problem() == "poorly mixed":
