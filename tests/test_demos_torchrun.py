@@ -2,7 +2,6 @@
 
 import functools
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,17 +16,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def torchrun(module: str, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    cmd = [str(TORCHRUN), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "-m", module, *args]
+    # --standalone: torchrun takes a free port itself, where a port chosen here could be
+    # taken by another test before torchrun binds it (torch/distributed/run.py)
+    cmd = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "-m", module, *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
 

@@ -85,7 +85,7 @@ def test_flight_recorder_shows_the_waiting_rank_one_collective_ahead():
 FLIGHT_RECORDER_SIZE = """
 import os, pickle, torch, torch.distributed as dist
 from torch._C._distributed_c10d import _dump_fr_trace
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=0, world_size=1)
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 for _ in range(2100):
     dist.all_reduce(torch.ones(1))
 print(len(pickle.loads(_dump_fr_trace()).get("entries", [])))
@@ -96,18 +96,14 @@ dist.destroy_process_group()
 @pytest.mark.parametrize("size, kept", [(None, 2000), ("10", 10), ("0", 0)])
 def test_the_flight_recorder_is_on_by_default_with_2000_entries_and_resizable(size, kept):
     import os
-    import socket
     import subprocess
     import sys
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items()
            if k not in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")}
     if size is not None:
         env["TORCH_FR_BUFFER_SIZE"] = size
-    run = subprocess.run([sys.executable, "-c", FLIGHT_RECORDER_SIZE.format(port=port)],
+    run = subprocess.run([sys.executable, "-c", FLIGHT_RECORDER_SIZE],
                          env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert int(run.stdout.split()[-1]) == kept
