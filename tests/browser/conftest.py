@@ -54,6 +54,7 @@ def start_lab(root: Path, env: dict, extra_args: list[str]):
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
          f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
          f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", "--allow-root",
+         "--LabApp.expose_app_in_browser=True",  # tests ask the kernel's state (kernel.py)
          *extra_args],
         env=env, stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "w"))
     url = f"http://127.0.0.1:{port}"

@@ -11,6 +11,7 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from .conftest import TOKEN
+from .kernel import wait_kernel_ready
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
@@ -80,9 +81,7 @@ def _wait_for_output(page, index, text) -> None:
 
 
 def _wait_idle(page) -> None:
-    page.wait_for_function(
-        "() => document.querySelector('.jp-Notebook-ExecutionIndicator')"
-        "?.getAttribute('data-status') === 'idle'", timeout=180_000)
+    wait_kernel_ready(page, 180_000)
 
 
 def test_an_edited_importable_cell_reaches_the_next_loaders_workers(page, lab_url, lab_root,

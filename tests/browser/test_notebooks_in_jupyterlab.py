@@ -17,6 +17,7 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from .conftest import ROOT, TOKEN
+from .kernel import run_all, wait_kernel_ready
 from .live_cells import cells_to_run, code_cells, widget_cells
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(900)]
@@ -50,9 +51,7 @@ def _shut_down_kernel(lab_url: str, name: str) -> None:
 
 
 def _wait_idle(page, timeout_ms: int = 120_000) -> None:
-    page.wait_for_function(
-        "() => document.querySelector('.jp-Notebook-ExecutionIndicator')"
-        "?.getAttribute('data-status') === 'idle'", timeout=timeout_ms)
+    wait_kernel_ready(page, timeout_ms)
 
 
 def _menu(page, menu: str, command: str) -> None:
@@ -96,26 +95,7 @@ def _clear_outputs(page) -> None:
 def _run_all(page) -> None:
     """Clear the stored outputs, then run every cell in the fresh kernel."""
     _clear_outputs(page)
-    for attempt in range(4):  # a press before the kernel is connected is lost: again
-        _menu(page, "Run", "runmenu:run-all")
-        try:
-            page.wait_for_function(
-                "() => /\\[(\\*|\\d+)\\]/.test(document.querySelector("
-                "'.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')?.textContent ?? '')",
-                timeout=20_000, polling=100)
-            break
-        except PlaywrightTimeout:
-            if attempt == 3:
-                raise
-    # Every code cell shows an execution count and the kernel is idle again.
-    page.wait_for_function(
-        """() => {
-            const prompts = [...document.querySelectorAll(
-                '.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')].map(p => p.textContent);
-            const idle = document.querySelector('.jp-Notebook-ExecutionIndicator')
-                ?.getAttribute('data-status') === 'idle';
-            return idle && prompts.length > 0 && prompts.every(t => /\\[\\d+\\]/.test(t));
-        }""", timeout=CELL_TIMEOUT_MS, polling=1000)
+    run_all(page, CELL_TIMEOUT_MS)
 
 
 def _save(page) -> None:

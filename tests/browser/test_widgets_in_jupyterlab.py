@@ -4,9 +4,9 @@ is not stretched, and a verdict on screen with it."""
 import json
 
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from .conftest import TOKEN
+from .kernel import run_all
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
 
@@ -38,26 +38,9 @@ def widgets_page(browser, lab_url, lab_root):
               f"?reset&token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     page.wait_for_function(
-        "() => document.querySelector('.jp-Notebook-ExecutionIndicator')"
-        "?.getAttribute('data-status') === 'idle'", timeout=120_000)
-    page.wait_for_function(
         f"() => document.querySelectorAll('.jp-Notebook .jp-CodeCell').length >= {len(CELLS)}",
         timeout=120_000)
-    # Run All pressed before the kernel is connected is lost (the indicator reads idle
-    # before a busy machine has connected it): pressed again until a cell starts.
-    for attempt in range(4):
-        page.locator(".jp-Notebook .jp-Cell").first.click()
-        page.locator(".lm-MenuBar-itemLabel", has_text="Run").click()
-        page.locator("li[data-command='runmenu:run-all']").click()
-        try:
-            page.wait_for_function(
-                "() => /\\[(\\*|\\d+)\\]/.test(document.querySelector("
-                "'.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')?.textContent ?? '')",
-                timeout=20_000, polling=100)
-            break
-        except PlaywrightTimeout:
-            if attempt == 3:
-                raise
+    run_all(page, 240_000)
     page.wait_for_selector("img.widget-image", timeout=240_000)
     page.wait_for_function("() => document.querySelectorAll('.widget-slider').length >= 10",
                            timeout=240_000)
