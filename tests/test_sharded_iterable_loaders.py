@@ -3,6 +3,7 @@ DataLoader batching samples or passing micro-batches on, a collate_fn, drop_last
 random points; what it refuses; a StatefulDataLoader of another shape; a forgotten
 set_epoch."""
 
+import multiprocessing
 import warnings
 
 import numpy as np
@@ -11,9 +12,15 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sharded_iterable_helpers import TIMEOUT, ids, refusal
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    IterableDataset,
+    SequentialSampler,
+    get_worker_info,
+)
 
-from talk_helpers.reference.sharded_iterable import ShardedIterableDataset
+from talk_helpers.reference.sharded_iterable import _WARNED, ShardedIterableDataset
 
 
 def concat(items):
@@ -202,7 +209,29 @@ def test_a_second_pass_over_the_same_epoch_warns_once_naming_set_epoch(num_worke
     if num_workers == 0:   # a worker's warning goes to the worker's stderr
         repeated = [w for w in caught if "set_epoch" in str(w.message)]
         assert len(repeated) == 1 and "epoch 0 starts again" in str(repeated[0].message)
-    assert int(ds._shared[-1]) == 1, "warned, once, in whichever process read"
+    assert int(ds._shared[_WARNED]) == 1, "warned, once, in whichever process read"
+
+
+class WorkerZeroStartsLast(IterableDataset):
+    """``ds`` read by two workers, where worker 0 starts only after worker 1 has read its
+    whole run: what a busy machine may do to the first pass."""
+
+    def __init__(self, ds):
+        self.ds, self.worker_one_done = ds, multiprocessing.get_context("fork").Event()
+
+    def __iter__(self):
+        if get_worker_info().id == 0 and not self.worker_one_done.wait(TIMEOUT):
+            raise TimeoutError("worker 1 never finished its run")
+        yield from self.ds
+        if get_worker_info().id == 1:
+            self.worker_one_done.set()
+
+
+def test_a_worker_that_starts_after_the_other_read_its_run_is_not_a_second_pass():
+    ds = ShardedIterableDataset(40, batch_size=4, strict=True)
+    loader = DataLoader(WorkerZeroStartsLast(ds), batch_size=None, num_workers=2,
+                        prefetch_factor=8, timeout=TIMEOUT, multiprocessing_context="fork")
+    assert sorted(ids(loader)) == list(range(40))
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

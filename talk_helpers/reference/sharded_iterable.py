@@ -126,10 +126,13 @@ FEISTEL_ROUNDS = 6
 LAUNCHERS = (("torchrun", "RANK", "WORLD_SIZE"),
              ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
              ("SLURM", "SLURM_PROCID", "SLURM_NTASKS"))
-# Slots of the shared-memory tensor that every copy of one dataset sees (workers included).
-_EPOCH, _EPOCH_SET, _WORKERS, _LOADER_BATCH, _DROP_LAST, _WRAPPED, _READ_TO_END, _WARNED = \
-    range(8)
-_SLOTS = 8
+# Slots of the shared-memory tensor that every copy of one dataset sees (workers included),
+# then one per worker (the first _MARKED_WORKERS of them): the epoch + 1 it last read to the
+# end of its run.
+_EPOCH, _EPOCH_SET, _WORKERS, _LOADER_BATCH, _DROP_LAST, _WRAPPED, _WARNED = range(7)
+_READ_TO_END = 7
+_MARKED_WORKERS = 64
+_SLOTS = _READ_TO_END + _MARKED_WORKERS
 _CHUNK = 4096   # sample ids computed at once, at most
 
 
@@ -205,7 +208,7 @@ class ShardedIterableDataset(IterableDataset):
         if self._resume is not None and self._resume["epoch"] != epoch:
             self._resume = None
         if epoch != self.epoch:
-            self._shared[_READ_TO_END] = 0
+            self._shared[_READ_TO_END:] = 0
         self._shared[_EPOCH], self._shared[_EPOCH_SET] = epoch, 1
 
     @property
@@ -223,8 +226,7 @@ class ShardedIterableDataset(IterableDataset):
         info = get_worker_info()
         worker, num_workers = (0, 0) if info is None else (info.id, info.num_workers)
         shape = self._loader_shape(sys._getframe(1), num_workers)
-        if worker == 0:
-            self._notice_a_repeated_epoch()
+        self._notice_a_repeated_epoch(worker)
         return self._worker_items(worker, shape)
 
     # -- what it promises, as numbers ----------------------------------------------
@@ -326,7 +328,7 @@ class ShardedIterableDataset(IterableDataset):
         self._resume = {"epoch": epoch, "shards": len(state["config"]["lengths"]),
                         "history": [dict(step) for step in state["history"]],
                         "worker": dict(state) if is_worker_state else None}
-        self._shared[_READ_TO_END] = 0
+        self._shared[_READ_TO_END:] = 0
 
     # -- inside: the layout of one epoch ---------------------------------------------
 
@@ -390,7 +392,7 @@ class ShardedIterableDataset(IterableDataset):
                           "rank_batches": run.rank_batches,
                           "loader_batch_size": shape.batch_size,
                           "drop_last": shape.drop_last, "rng": rng}
-        return self._read_run(run, rng)
+        return self._read_run(run, rng, worker)
 
     def _worker_run(self, epoch: int, worker: int, shape: LoaderShape) -> _Run:
         """Which run of the rank's batches ``worker`` reads, and from which item: run
@@ -437,9 +439,10 @@ class ShardedIterableDataset(IterableDataset):
                 f"change it")
         return saved
 
-    def _read_run(self, run: _Run, rng: torch.Generator | None):
+    def _read_run(self, run: _Run, rng: torch.Generator | None, worker: int):
         """Yield the items of ``run``, computing their ids a chunk at a time; a worker
-        keeps the loaded shards of the blocks it is reading, and no others."""
+        keeps the loaded shards of the blocks it is reading, and no others. At the end,
+        ``worker`` marks the epoch as one it read to the end."""
         order, size = self._order(run.epoch), self._item_size
         chunk = max(1, _CHUNK // size)    # items whose ids are computed together
         for head in range(run.start, run.count, chunk):
@@ -453,8 +456,8 @@ class ShardedIterableDataset(IterableDataset):
                 item = self._read_item(ids[cut], shards[cut])
                 self._progress["yielded"] += 1
                 yield item if rng is None else self.transform(item, rng)
-        if run.count > run.start:
-            self._shared[_READ_TO_END] = run.epoch + 1
+        if run.count > run.start and worker < _MARKED_WORKERS:
+            self._shared[_READ_TO_END + worker] = run.epoch + 1
 
     def _read_item(self, ids: np.ndarray, shards: np.ndarray):
         if self.batch_size is None:
@@ -522,13 +525,16 @@ class ShardedIterableDataset(IterableDataset):
                              "pass loader= only if that dataset passes the items on one for one")
         return recorded or LoaderShape(0, None, False, True)
 
-    def _notice_a_repeated_epoch(self) -> None:
-        """Warn once (raise, ``strict=True``) when a pass starts over a shuffled epoch that a
-        pass already read to its end: the loop forgot ``set_epoch``, and the pass would
-        repeat the order and the augmentations. (Unshuffled, a second pass is usually an
-        evaluation, and a transform may well be deterministic: no word.)"""
+    def _notice_a_repeated_epoch(self, worker: int) -> None:
+        """Warn once (raise, ``strict=True``) when ``worker`` starts a pass over a shuffled
+        epoch that it already read to its end in a pass before: the loop forgot
+        ``set_epoch``, and the pass would repeat the order and the augmentations.
+        (Unshuffled, a second pass is usually an evaluation, and a transform may well be
+        deterministic: no word.) Each worker asks only its own mark: on a busy machine a
+        worker may start after the other workers of the same pass have read their runs."""
         epoch = self.epoch
-        if int(self._shared[_READ_TO_END]) != epoch + 1 or not self.shuffle:
+        if worker >= _MARKED_WORKERS or not self.shuffle \
+                or int(self._shared[_READ_TO_END + worker]) != epoch + 1:
             return
         message = (f"epoch {epoch} starts again on this dataset with the order and the "
                    f"augmentations of the pass before: call ds.set_epoch(epoch) before each "
