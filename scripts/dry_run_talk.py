@@ -25,7 +25,6 @@ noisy: rerun before you trust one.
 import argparse
 import os
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -34,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.notebook_times import time_notebook  # noqa: E402
+from talk_helpers.environment import variables_set  # noqa: E402
 
 TALK = ROOT / "notebooks" / "talk.ipynb"
 # name -> (start method the platform gives, the environment that says so, who has it)
@@ -46,25 +46,11 @@ PATHS = {
 JUDGED = ("fork", "mac")
 
 
-@contextmanager
-def environment(extra: dict):
-    saved = {name: os.environ.get(name) for name in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def rehearse(notebook: Path, path: str) -> list[dict]:
     """One run on PATH: a row per code cell (``shown``: a slide shows it)."""
     method, extra, _ = PATHS[path]
     cells = nbformat.read(notebook, as_version=4).cells
-    with environment(extra):
+    with variables_set(extra):
         rows, _wall, _watch_cpu = time_notebook(notebook, method, cores=os.cpu_count() or 1)
     for row in rows:
         kind = cells[row["cell"]].get("metadata", {}).get("slideshow", {}).get("slide_type")

@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 
+from talk_helpers.environment import variables_set
 from talk_helpers.private_dirs import private_dir
 
 # Hugging Face reads these when ``datasets`` (or ``huggingface_hub``) is first imported;
@@ -25,17 +26,8 @@ def hub_offline():
 
     Import ``datasets`` inside the block the first time: it reads them at import."""
     settings = {**HUB_OFFLINE, "HF_DATASETS_CACHE": private_dir("hf_cache")}
-    saved = {name: os.environ.get(name) for name in settings}
-    for name, value in settings.items():
-        os.environ.setdefault(name, value)
-    try:
+    with variables_set(settings, keep_set=True):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @contextlib.contextmanager

@@ -13,7 +13,8 @@ PACKAGE = ROOT / "talk_helpers"
 # Lower numbers are lower layers; a module may import from its own layer or below.
 LAYERS = {
     "reference": 0,
-    "arguments": 1, "palette": 1, "private_dirs": 1, "progress": 1, "third_party": 1,
+    "arguments": 1, "environment": 1, "palette": 1, "private_dirs": 1, "progress": 1,
+    "third_party": 1,
     "checks": 2, "model": 2,
     "runtime": 3,
     "lessons": 4,

@@ -9,9 +9,8 @@ puts the rank's own values back afterwards (a warm rank serves later cells too).
 
 from __future__ import annotations
 
-import os
-
 from talk_helpers.arguments import require_int
+from talk_helpers.environment import variables_set
 
 __all__ = ["LAUNCHER_VARIABLES", "on_nodes"]
 
@@ -28,15 +27,7 @@ def on_nodes(ranks_per_node: int, fn, rank: int, world_size: int, *args):
                          f"ranks_per_node={ranks_per_node} ranks")
     if not callable(fn):
         raise TypeError(f"fn must be callable as fn(rank, world_size, ...), got {fn!r}")
-    saved = {name: os.environ.get(name) for name in LAUNCHER_VARIABLES}
-    os.environ.update(LOCAL_RANK=str(rank % ranks_per_node),
-                      LOCAL_WORLD_SIZE=str(ranks_per_node),
-                      GROUP_RANK=str(rank // ranks_per_node))
-    try:
+    node = dict(zip(LAUNCHER_VARIABLES, (str(rank % ranks_per_node), str(ranks_per_node),
+                                         str(rank // ranks_per_node)), strict=True))
+    with variables_set(node):
         return fn(rank, world_size, *args)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
