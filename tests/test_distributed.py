@@ -327,3 +327,14 @@ def test_a_rank_whose_fn_returns_at_once_never_cuts_off_a_peer_still_joining():
                for _ in range(30)]
     d.shutdown_warm_worlds()
     assert [r for r in reports if not r.ok] == []
+
+
+def test_a_rank_leaves_new_group_only_once_every_rank_has_made_the_group():
+    """The same for a group that fn makes (05's and 06's groups without a CPU backend): a
+    rank whose fn returned right after new_group closed connections a slower peer was still
+    completing, in 5 of 400 calls beside four busy loops. Here rank 0 takes a second longer
+    to make its side of the group, and rank 1 may not leave new_group before it has."""
+    (made_on_0, _), (_, left_on_1) = d.run_ranks(wf.when_new_group_is_made_and_left, 2,
+                                                 start_method="fork", reuse=False,
+                                                 timeout_s=time_limit_s(60, interpreters=2))
+    assert left_on_1 >= made_on_0

@@ -6,6 +6,7 @@ this folder on ``sys.path``, and a spawned rank receives the parent's ``sys.path
 
 import os
 import time
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -88,6 +89,26 @@ def is_imported(name: str) -> bool:
     import sys
 
     return name in sys.modules
+
+
+def when_new_group_is_made_and_left(rank: int, world_size: int,
+                                    slow_s: float = 1.0) -> tuple[float, float]:
+    """Make a gloo group, rank 0 taking ``slow_s`` longer to make its side of it; return
+    when this rank had made the group and when its new_group returned (``time.time()``)."""
+    from torch.distributed import distributed_c10d
+
+    make, made = distributed_c10d._new_process_group_helper, []
+
+    def slow_on_rank_0(*args, **kwargs):
+        group = make(*args, **kwargs)
+        if rank == 0:
+            time.sleep(slow_s)
+        made.append(time.time())
+        return group
+
+    with mock.patch.object(distributed_c10d, "_new_process_group_helper", slow_on_rank_0):
+        dist.new_group(backend="gloo")
+    return made[0], time.time()
 
 
 def collectives_by_group_device(rank: int, world_size: int) -> dict:

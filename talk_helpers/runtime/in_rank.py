@@ -136,6 +136,15 @@ def run_call(rank, world_size, port_queue, fn, args, collective_timeout_s,
             LOCAL_WORLD_SIZE=str(world_size),
             MASTER_ADDR=HOST,
             MASTER_PORT=str(port),
+            # A rank leaves init_process_group and new_group only once every rank has made
+            # the group (a barrier on the store): a rank returns from making a gloo group
+            # once its own side of every connection is made, possibly before a peer's side
+            # is, and a rank whose fn then returns at once and destroys the group would
+            # close a connection the peer is still completing ("connectFullMesh failed ...
+            # Connection closed by peer", or a peer stuck joining until the deadline, on a
+            # busy machine). So fn starts once every rank has joined the world, and goes
+            # on from a group it makes once every rank has made it.
+            TORCH_DIST_INIT_BARRIER="1",
         )
         # Every rank is up before the process group starts, so a slow start under spawn
         # is not mistaken for a collective timeout.
@@ -147,14 +156,6 @@ def run_call(rank, world_size, port_queue, fn, args, collective_timeout_s,
         # allowance; the collectives then get the short timeout.
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
                                 timeout=rendezvous)
-        # A rank returns from init_process_group once its own side of every connection is
-        # made, possibly before a peer's side is: a rank whose fn then returns at once and
-        # destroys the group would close a connection the peer is still completing
-        # ("connectFullMesh failed ... Connection closed by peer", or a peer stuck joining
-        # until the deadline, on a busy machine). So fn starts once every rank has joined.
-        stage("waiting for the other ranks to join the process group")
-        store.set(f"joined/{rank}", "1")
-        store.wait([f"joined/{r}" for r in range(world_size)], rendezvous)
         dist.distributed_c10d._set_pg_timeout(timedelta(seconds=collective_timeout_s))
         stage(None)
         state["interruptible"] = True  # a warm rank may be told to stop here (SIGUSR1)
