@@ -232,13 +232,18 @@ def run_notebook(path: Path, pod: Pod) -> Run:
     scratch.mkdir(parents=True, exist_ok=True)
     scratch.chmod(0o755)  # the visitor reaches its own folder inside
     work = Path(tempfile.mkdtemp(prefix=f"{path.stem}-", dir=scratch))
+    # Where _expose parks the ways through closed folders: never under one of those folders
+    # (a checkout in a folder closed to others, as `mktemp -d` makes, holds `work` itself).
+    # /tmp is open; the pod covers it last, once the ways are in place.
+    stash = Path(tempfile.mkdtemp(prefix="binder-check-stash-", dir="/tmp"))
     try:
-        return _run_in(path, pod, work)
+        return _run_in(path, pod, work, stash)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(stash, ignore_errors=True)
 
 
-def _run_in(path: Path, pod: Pod, work: Path) -> Run:
+def _run_in(path: Path, pod: Pod, work: Path, stash: Path) -> Run:
     home, tmp, copy = work / "home", work / "tmp", work / "project"
     for folder in (home, tmp):
         folder.mkdir(parents=True)
@@ -265,7 +270,7 @@ def _run_in(path: Path, pod: Pod, work: Path) -> Run:
     if pod.namespace:
         script = " && ".join([
             f"mount -t tmpfs -o size={SHM_BYTES},mode=1777 tmpfs /dev/shm",
-            *_expose(work / "stash"),
+            *_expose(stash),
             *([f"mount --bind {tmp} /tmp"] if pod.own_tmp_mount else []), 'exec "$@"'])
         command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
                    "pod", *inner]
