@@ -63,18 +63,27 @@ def die_on_rank(rank: int, world_size: int, bad_rank: int = 1) -> int:
 
 
 def fail_while_a_peer_works_on(rank: int, world_size: int, ignore_interrupts: bool = False):
-    """Rank 0 raises; rank 1 works on without a collective (06's hang), or refuses to stop."""
+    """Rank 0 raises once rank 1 is at work; rank 1 works on without a collective (06's
+    hang), or refuses to stop. The barrier sits inside rank 1's try, so that the parent's
+    interrupt, which follows rank 0's error, always finds rank 1 where it refuses it."""
+    import torch.distributed as dist
+
     d.report_progress("working")
     if rank == 0:
+        dist.barrier()
         raise ValueError("rank 0 failed")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    deadline, at_work = time.monotonic() + 60, False
+    while True:
         try:
-            time.sleep(0.05)
+            if not at_work:
+                dist.barrier()
+                at_work = True
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+            return rank
         except BaseException:
             if not ignore_interrupts:
                 raise
-    return rank
 
 
 def objects_collections_walk(rank: int, world_size: int, load_ddp: bool = False
