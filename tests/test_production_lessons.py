@@ -163,6 +163,20 @@ def test_a_packed_tensor_fails_a_small_dev_shm_under_spawn_and_forkserver_not_fo
     assert table.cell("mapped", "spawn") == "✔ 4 batches"
 
 
+@needs_private_shm
+def test_a_small_dev_shm_run_starts_its_own_forkserver_when_the_caller_has_one(tmp_path):
+    """A forked run process used to keep its caller's fork server: its forkserver workers
+    failed with ECHILD (or would have come from a server outside the small /dev/shm)."""
+    from multiprocessing import forkserver
+
+    forkserver.ensure_running()   # as an earlier forkserver loader in this process leaves it
+    folder = pd.write_caption_files(20_000, tmp_path)
+    loader = functools.partial(pd.caption_loader, functools.partial(pd.MappedCaptions, folder))
+    table = compare_in_small_shm({"mapped": loader}, shm_bytes=64 * MIB,
+                                 start_methods=("forkserver",))
+    assert table.cell("mapped", "forkserver") == "✔ 4 batches", table
+
+
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_workers_reading_mapped_files_own_no_copy(method, tmp_path):
     folder = pd.write_caption_files(20_000, tmp_path)

@@ -239,11 +239,28 @@ def _child(job, args: tuple, shm_bytes: int, results) -> None:
     except OSError as exc:
         results.put(SmallShmRun("unavailable", shm_bytes, reason=str(exc)))
         return
+    _forget_an_inherited_forkserver()
     if mp.get_start_method(allow_none=True) == "forkserver":
         # This process's workers come from a server of its own, started (after the mount)
         # at the first loader; preloaded with torch, it forks each in hundredths of a second.
         mp.set_forkserver_preload(list(RANK_FORKSERVER_PRELOAD))
     results.put(job(shm_bytes, *args))
+
+
+def _forget_an_inherited_forkserver() -> None:
+    """A forked process keeps its parent's fork server (pid, address) as its own: its
+    forkserver workers would then come from a server that sees the parent's /dev/shm, and
+    multiprocessing's check on that server (``os.waitpid`` on a process that is not this
+    one's child) fails with ECHILD. Forget it, so that a server of this process's own
+    starts at its first forkserver loader."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if server._forkserver_pid is not None:
+        with contextlib.suppress(OSError):
+            os.close(server._forkserver_alive_fd)   # this process's copy only
+        server._forkserver_address = server._forkserver_alive_fd = None
+        server._forkserver_pid = None
 
 
 def _one_run(shm_bytes: int, make_loader, step_s: float, batches: int | None) -> SmallShmRun:
