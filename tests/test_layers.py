@@ -14,13 +14,14 @@ PACKAGE = ROOT / "talk_helpers"
 LAYERS = {
     "reference": 0,
     "arguments": 1, "environment": 1, "palette": 1, "private_dirs": 1, "progress": 1,
-    "third_party": 1,
-    "checks": 2, "model": 2,
-    "runtime": 3,
-    "lessons": 4,
-    "libraries": 5,
-    "audit": 6,
-    "notebook": 7, "diagrams": 7, "widgets": 7, "demos": 7, "exercises": 7,
+    "third_party": 1, "verdicts": 1,
+    "model": 2,
+    "checks": 3,
+    "runtime": 4,
+    "lessons": 5,
+    "libraries": 6,
+    "audit": 7,
+    "notebook": 8, "diagrams": 8, "widgets": 8, "demos": 8, "exercises": 8,
 }
 
 

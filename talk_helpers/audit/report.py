@@ -23,8 +23,8 @@ import numpy as np
 
 from talk_helpers.audit.checks import AuditRun, Options, Verdict
 from talk_helpers.audit.failure import EXIT_FAIL, EXIT_PASS, Failure
-from talk_helpers.checks.verdict import colour_of, small_html, table_html
 from talk_helpers.palette import BAD_COLOUR, OK_COLOUR, WARN_COLOUR
+from talk_helpers.verdicts.render import colour_of, small_html, table_html
 
 __all__ = ["SCHEMA", "AuditFailed", "AuditReport", "EpochAudit"]
 

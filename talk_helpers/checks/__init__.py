@@ -7,12 +7,6 @@ Each check returns a small report: ``.ok`` for a self-check, a one-line ``repr``
 ``_repr_html_`` for a notebook cell. Nothing here starts a process.
 """
 
-from talk_helpers.checks.audit_results import (
-    NOTHING_TO_SHOW,
-    NothingToShow,
-    audit_failed,
-    read_audit,
-)
 from talk_helpers.checks.batches import (
     BatchCountReport,
     BatchSizeReport,
@@ -40,6 +34,12 @@ from talk_helpers.checks.worker_memory import (
     WorkerMemoryReport,
     check_worker_memory,
     dataset_bytes,
+)
+from talk_helpers.verdicts.audit_results import (
+    NOTHING_TO_SHOW,
+    NothingToShow,
+    audit_failed,
+    read_audit,
 )
 
 __all__ = [

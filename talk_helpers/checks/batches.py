@@ -12,7 +12,7 @@ import torch
 
 from talk_helpers.arguments import is_int, require_int
 from talk_helpers.checks.ids import ids_in
-from talk_helpers.checks.verdict import listing, mark, verdict_html
+from talk_helpers.verdicts.render import listing, mark, verdict_html
 
 
 def check_batch_counts(counts) -> BatchCountReport:

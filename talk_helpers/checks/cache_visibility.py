@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from talk_helpers.arguments import is_int
-from talk_helpers.checks.verdict import listing, mark, verdict_html
+from talk_helpers.verdicts.render import listing, mark, verdict_html
 
 __all__ = ["CacheReport", "check_cache_visibility"]
 

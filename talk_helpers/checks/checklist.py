@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from talk_helpers.checks.verdict import BAD_MARK, OK_MARK, WARN_MARK, verdict_html
+from talk_helpers.verdicts.render import BAD_MARK, OK_MARK, WARN_MARK, verdict_html
 
 __all__ = ["Checklist", "checklist"]
 

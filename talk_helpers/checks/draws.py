@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from talk_helpers.checks.verdict import BAD_MARK, OK_MARK, mark, verdict_html
+from talk_helpers.verdicts.render import BAD_MARK, OK_MARK, mark, verdict_html
 
 
 def check_random_draws(draws, *, value: str = "draw", across=("worker", "rank", "epoch"),

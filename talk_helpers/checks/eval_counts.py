@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from talk_helpers.arguments import is_int, require_int
 from talk_helpers.checks.exactly_once import ExactlyOnceReport, check_exactly_once
 from talk_helpers.checks.ids import ids_in
-from talk_helpers.checks.verdict import listing, mark, verdict_html
+from talk_helpers.verdicts.render import listing, mark, verdict_html
 
 __all__ = ["EvalCountReport", "check_eval_counts"]
 

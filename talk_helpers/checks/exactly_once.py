@@ -10,7 +10,7 @@ import numpy as np
 
 from talk_helpers.arguments import is_int
 from talk_helpers.checks.ids import ids_in, ids_of
-from talk_helpers.checks.verdict import listing, mark, verdict_html
+from talk_helpers.verdicts.render import listing, mark, verdict_html
 
 
 def check_exactly_once(samples, expected) -> ExactlyOnceReport:

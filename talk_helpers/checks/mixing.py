@@ -79,7 +79,7 @@ from talk_helpers.checks.uniform_null import (
     upper_quantile,
     upper_tail,
 )
-from talk_helpers.checks.verdict import verdict_html
+from talk_helpers.verdicts.render import verdict_html
 
 __all__ = [
     "GOOD_MIXING", "POOR_MIXING", "STALE_ORDER", "MIN_SAME_PAIRS", "MAX_BLOCKS",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from talk_helpers.arguments import require_seconds
-from talk_helpers.checks.verdict import BAD_MARK, OK_MARK, WARN_MARK, verdict_html
+from talk_helpers.verdicts.render import BAD_MARK, OK_MARK, WARN_MARK, verdict_html
 
 __all__ = ["PreparationReport", "check_preparation_time"]
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from talk_helpers.arguments import require_int
-from talk_helpers.checks.audit_results import NothingToShow, audit_failed
 from talk_helpers.checks.ids import ids_in
-from talk_helpers.checks.verdict import listing, mark, verdict_html
+from talk_helpers.verdicts.audit_results import NothingToShow, audit_failed
+from talk_helpers.verdicts.render import listing, mark, verdict_html
 
 __all__ = ["RankSplitReport", "check_rank_split"]
 

@@ -28,7 +28,7 @@ from statistics import NormalDist
 import numpy as np
 
 from talk_helpers.checks.uniform_null import poisson_tail
-from talk_helpers.checks.verdict import mark, verdict_html
+from talk_helpers.verdicts.render import mark, verdict_html
 
 __all__ = ["COVERAGE_ALPHA", "ALIKE_ALPHA", "DrawsReport", "check_draws", "never_drawn_null"]
 

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from talk_helpers.checks.ids import ids_in
-from talk_helpers.checks.verdict import BAD_MARK, OK_MARK, WARN_MARK, listing, verdict_html
+from talk_helpers.verdicts.render import BAD_MARK, OK_MARK, WARN_MARK, listing, verdict_html
 
 __all__ = ["EpochResume", "ResumeReport", "check_resume"]
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from talk_helpers.arguments import require_int
-from talk_helpers.checks.verdict import BAD_MARK, OK_MARK, WARN_MARK, listing, verdict_html
 from talk_helpers.model.dataloader import loader_batches
 from talk_helpers.model.sharding import POLICIES, worker_streams
+from talk_helpers.verdicts.render import BAD_MARK, OK_MARK, WARN_MARK, listing, verdict_html
 
 __all__ = ["ShardCoverageReport", "check_shard_coverage"]
 

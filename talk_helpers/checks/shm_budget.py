@@ -25,7 +25,7 @@ import torch
 
 from talk_helpers.arguments import require_int
 from talk_helpers.checks.sizes import page_rounded, size_text
-from talk_helpers.checks.verdict import mark, verdict_html
+from talk_helpers.verdicts.render import mark, verdict_html
 
 __all__ = ["ShmBudgetReport", "batch_bytes", "check_shm_budget", "dataset_shm_bytes"]
 

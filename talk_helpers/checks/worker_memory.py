@@ -24,7 +24,7 @@ import torch
 
 from talk_helpers.arguments import is_int
 from talk_helpers.checks.sizes import size_text
-from talk_helpers.checks.verdict import mark, verdict_html
+from talk_helpers.verdicts.render import mark, verdict_html
 
 __all__ = ["WorkerMemoryReport", "check_worker_memory", "dataset_bytes"]
 

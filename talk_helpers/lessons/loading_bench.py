@@ -34,7 +34,6 @@ from torch.utils.data.distributed import DistributedSampler
 from tqdm.std import tqdm
 
 from talk_helpers.arguments import require_int
-from talk_helpers.checks.verdict import mark
 from talk_helpers.lessons.datasets.fast import (
     TokenBatchedIterableDataset,
     TokenIterableDataset,
@@ -45,6 +44,7 @@ from talk_helpers.lessons.datasets.fast import (
 from talk_helpers.model.buffers import buffer_shuffle
 from talk_helpers.progress import progress as progress_bar
 from talk_helpers.third_party import hub_offline, native_stderr_silenced
+from talk_helpers.verdicts.render import mark
 
 KINDS = ("map", "iterable", "batched", "reference", "hf", "wds")
 KIND_LABELS = {

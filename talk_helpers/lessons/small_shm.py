@@ -35,7 +35,9 @@ import torch.multiprocessing as mp
 
 from talk_helpers.arguments import require_int, require_seconds
 from talk_helpers.checks.sizes import size_text
-from talk_helpers.checks.verdict import (
+from talk_helpers.runtime.processes import kill_tree
+from talk_helpers.runtime.start_method import RANK_FORKSERVER_PRELOAD, START_METHODS
+from talk_helpers.verdicts.render import (
     BAD_MARK,
     NOTE_MARK,
     OK_MARK,
@@ -43,8 +45,6 @@ from talk_helpers.checks.verdict import (
     table_html,
     verdict_html,
 )
-from talk_helpers.runtime.processes import kill_tree
-from talk_helpers.runtime.start_method import RANK_FORKSERVER_PRELOAD, START_METHODS
 
 __all__ = ["SmallShmRun", "SmallShmTable", "compare_in_small_shm", "run_in_small_shm"]
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from talk_helpers.checks.audit_results import NOTHING_TO_SHOW, NothingToShow, audit_failed
-from talk_helpers.checks.verdict import NOTE_MARK, table_html
+from talk_helpers.verdicts.audit_results import NOTHING_TO_SHOW, NothingToShow, audit_failed
+from talk_helpers.verdicts.render import NOTE_MARK, table_html
 
 
 def short_error(report) -> str:

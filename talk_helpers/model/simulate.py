@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from talk_helpers.arguments import require_int
-from talk_helpers.checks.audit_results import NothingToShow, audit_failed
-from talk_helpers.checks.verdict import table_html, verdict_html
 from talk_helpers.model.dataloader import loader_batches
 from talk_helpers.model.sharding import POLICIES, worker_streams
+from talk_helpers.verdicts.audit_results import NothingToShow, audit_failed
+from talk_helpers.verdicts.render import table_html, verdict_html
 
 
 def simulate(shard_sizes: Sequence[int], *, nodes: int, workers: int, micro_batch_size: int,

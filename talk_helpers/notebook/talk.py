@@ -53,7 +53,7 @@ class TalkReady:
                 "started")
 
     def _repr_html_(self) -> str:
-        from talk_helpers.checks.verdict import verdict_html
+        from talk_helpers.verdicts.render import verdict_html
 
         return verdict_html(True, repr(self)[2:])
 

@@ -10,9 +10,9 @@ import html
 import ipywidgets as widgets
 
 from talk_helpers.arguments import check_choice, check_int
-from talk_helpers.checks.verdict import verdict_html
 from talk_helpers.model.simulate import POLICIES, shard_count_rule, shard_sizes_for, simulate
 from talk_helpers.palette import BAD_COLOUR, OK_COLOUR
+from talk_helpers.verdicts.render import verdict_html
 from talk_helpers.widgets.still import WithStill, figure_png, table_figure
 
 __all__ = ["HangPredictor"]

@@ -16,7 +16,7 @@ The interface (:mod:`talk_helpers.audit.checks.base`):
     behind it on the lines after), the headline's ✘ and ⚠ problems (a ✘ fails the
     audit, exit status 1), the usual cause of a finding with how the audit knows
     (:class:`Cause`) and the check's JSON. Judge with the pure checks of
-    :mod:`talk_helpers.checks`; render marks with :mod:`talk_helpers.checks.verdict`.
+    :mod:`talk_helpers.checks`; render marks with :mod:`talk_helpers.verdicts.render`.
 
 ``Check.recorder(plan) -> Recorder | None``
     For what ids cannot show (a worker's memory, /dev/shm, time per batch): a

@@ -15,7 +15,7 @@ from talk_helpers.audit.checks.base import AuditRun
 from talk_helpers.audit.sample_ids import hash_strings
 from talk_helpers.checks import check_exactly_once, ids_of
 from talk_helpers.checks.exactly_once import once_headline
-from talk_helpers.checks.verdict import listing
+from talk_helpers.verdicts.render import listing
 
 __all__ = ["AUTO", "ID_LIMIT", "SHOWN_IDS", "ContentOnceReport", "CountedOnceReport",
            "EpochOnce", "declared_design", "design_value", "epoch_report", "expected_of"]

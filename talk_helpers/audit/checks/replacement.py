@@ -17,7 +17,7 @@ from talk_helpers.audit.checks.base import AuditRun, Cause, Verdict
 from talk_helpers.audit.checks.once import SHOWN_IDS, EpochOnce, epoch_report
 from talk_helpers.audit.checks.order import storage_order, storage_positions
 from talk_helpers.checks.replacement import check_draws
-from talk_helpers.checks.verdict import listing
+from talk_helpers.verdicts.render import listing
 
 __all__ = ["EpochDraws", "judge_draws"]
 

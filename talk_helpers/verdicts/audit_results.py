@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from talk_helpers.checks.verdict import NOTE_MARK, verdict_html
+from talk_helpers.verdicts.render import NOTE_MARK, verdict_html
 
 __all__ = ["NOTHING_TO_SHOW", "NothingToShow", "audit_failed", "read_audit"]
 
