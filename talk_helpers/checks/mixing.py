@@ -25,9 +25,7 @@ chance (stratified batches). Pairs are pooled over all batches before the ratio 
   one block) and the score is the *smallest* over these block counts. A batch drawn from
   ``k`` of ``m`` contiguous blocks holds at most ``k`` effective blocks, so its score is
   at most about ``(k - 1) / (m - 1)`` at that block count, however far apart the blocks
-  are. (An earlier score, the variance of storage positions in a batch, rewarded exactly
-  that: two distant blocks look *more* spread than a uniform draw. It is still computed,
-  as ``ShuffleReport.spread``, but never judged.)
+  are.
 
 **Verdict: a test against a uniform shuffle.** For every score it looks at (each block
 count; with :func:`step_report`, each rank's micro-batches and the global step) the report
@@ -47,8 +45,10 @@ scatter the same-label pair count: its exact mean and variance, and a chi-square
 
 The order is judged the same way: **order repeats** when at least :data:`STALE_ORDER` of
 the positions hold the same sample in consecutive epochs, **epochs keep a similar order**
-when the rank correlation is at least :data:`STALE_ORDER` and beyond what chance gives
-with probability :data:`ORDER_ALPHA` (divided among the sequences compared).
+when the rank correlation is at least +:data:`STALE_ORDER` and beyond what chance gives
+with probability :data:`ORDER_ALPHA` (divided among the sequences compared). A negative
+correlation is no similar order and is not judged. Every line of a report is rendered
+from these findings, so no two lines disagree.
 
 What a training step sees is each rank's micro-batch, and the global step (all ranks'
 micro-batches of one step together). :func:`step_report` scores both and its verdict is
@@ -87,7 +87,7 @@ __all__ = [
     "ShuffleReport", "StepMixing",
     "shuffle_report", "step_report", "rank_mixing", "batch_mixing", "effective_groups",
     "block_counts", "OrderAcross", "order_across", "mixing_finding", "score_line", "order_line",
-    "spearman", "chunk_windows",
+    "spearman", "chunk_windows", "ORDER_TEXT", "ORDER_PROBLEM", "LATER_EPOCHS",
 ]
 
 GOOD_MIXING = 0.8      # a score below this, beyond chance, is "poorly mixed"
@@ -427,7 +427,7 @@ def order_across(sequences, batch_size: int | None = None) -> OrderAcross:
         unchanged_rank.append(int(np.argmax(shares)))
         unchanged.append(max(shares))
         rhos = [p.rho for p in stats]
-        spearman_rank.append(int(np.argmax(np.abs(rhos))))
+        spearman_rank.append(int(np.argmax(rhos)))
         spearman.append(rhos[spearman_rank[-1]])
         pairs.extend(stats)
     return OrderAcross(_order_finding(pairs), unchanged, unchanged_rank, spearman,
@@ -436,18 +436,18 @@ def order_across(sequences, batch_size: int | None = None) -> OrderAcross:
 
 def _order_finding(pairs: list[_PairStats]) -> str | None:
     """"repeats", "similar" or None: repeats when at least STALE_ORDER of the positions
-    hold the same sample (beyond chance), similar when |Spearman| ≥ STALE_ORDER beyond
-    chance; ORDER_ALPHA is shared among the pairs compared. The correlation's chance is
-    taken at one position per batch: a poorly mixed batch holds neighbours, whose
-    positions move together, so counting every sample would find order where there is
-    only poor mixing."""
+    hold the same sample (beyond chance), similar when Spearman ≥ +STALE_ORDER beyond
+    chance (a negative correlation keeps no order alike); ORDER_ALPHA is shared among the
+    pairs compared. The correlation's chance is taken at one position per batch: a poorly
+    mixed batch holds neighbours, whose positions move together, so counting every sample
+    would find order where there is only poor mixing."""
     alpha = ORDER_ALPHA / max(len(pairs), 1)
     z_crit = NormalDist().inv_cdf(1 - alpha / 2)
     if any(p.n >= 2 and p.same >= STALE_ORDER * p.n and poisson_tail(p.same, p.expected) < alpha
            for p in pairs):
         return "repeats"
-    if any(p.batches >= 3 and abs(p.rho) >= STALE_ORDER
-           and abs(p.rho) * math.sqrt(p.batches - 1) >= z_crit for p in pairs):
+    if any(p.batches >= 3 and p.rho >= STALE_ORDER
+           and p.rho * math.sqrt(p.batches - 1) >= z_crit for p in pairs):
         return "similar"
     return None
 
@@ -497,22 +497,6 @@ def _batches(batches, name: str) -> list[np.ndarray]:
     return [_as_ids(b, f"{name}[{i}]") for i, b in enumerate(batches)]
 
 
-# --- legacy: the storage-position spread -------------------------------------------------
-
-
-def batch_spread(order: np.ndarray, storage_rank: np.ndarray, n_distinct: int,
-                 batch_size: int) -> float:
-    """sqrt(mean within-batch variance of storage ranks / the same for a uniform shuffle).
-    Not judged: two distant blocks in one batch score *higher* than a uniform draw."""
-    batches = np.asarray(_cut(storage_rank[order], batch_size), dtype=np.float64)
-    if len(batches) == 0 or n_distinct < 2:
-        return float("nan")
-    observed = batches.var(axis=1, ddof=1).mean()
-    # A batch drawn without replacement from ranks 0..N-1 has E[s^2] = N(N+1)/12.
-    uniform = n_distinct * (n_distinct + 1) / 12.0
-    return float(math.sqrt(observed / uniform))
-
-
 # --- the report ---------------------------------------------------------------------------
 
 
@@ -550,14 +534,8 @@ def score_line(mixing: float, chance: float | None) -> str:
             and math.isfinite(chance) else "about 1")
     text = f"mixing score {mixing:.2f} (a uniform shuffle scores {band}; no shuffle scores 0)"
     if above_uniform(mixing, chance):
-        text += ("; above that band, batches are more balanced than a uniform shuffle makes "
-                 "them, as a stratified sampler's are")
+        text += "; above that band: batches more balanced than a uniform shuffle makes them"
     return text
-
-
-def _verdict(mixing: float, poor: bool, unproven: bool, chance: float | None) -> str:
-    """The finding and its score on one line, for a cell of a table."""
-    return f"{mixing_finding(mixing, poor, unproven, chance)}: {score_line(mixing, chance)}"
 
 
 class _MixingVerdict:
@@ -591,10 +569,12 @@ class _MixingVerdict:
         return verdict_html(first[:1], first[2:], statistics=rest)
 
 
-_ORDER_TEXT = {None: "order changes every epoch", "repeats": "order repeats across epochs",
+ORDER_TEXT = {None: "order changes every epoch", "repeats": "order repeats across epochs",
                "similar": "epochs keep a similar order"}
-_ORDER_PROBLEM = {None: None, "repeats": "order repeats",
+ORDER_PROBLEM = {None: None, "repeats": "order repeats",
                   "similar": "similar order across epochs"}
+LATER_EPOCHS = {"repeats": "later epochs repeat its order",
+          "similar": "later epochs keep a similar order"}
 
 
 def order_line(unchanged: float, rho: float) -> str:
@@ -608,10 +588,11 @@ def order_line(unchanged: float, rho: float) -> str:
 class ShuffleReport(_MixingVerdict):
     """What :func:`shuffle_report` or :func:`step_report` measured; ``ok`` is the verdict.
 
-    ``mixing`` is the judged score: the worst of each rank's micro-batches and the global
-    step (``step_report``), else group mixing (``groups`` given), else the storage-block
-    score. ``blocks`` maps each block count to its score (no ``groups``).
-    ``order_finding``: None (the order changes), "repeats" or "similar".
+    ``mixing`` is the judged score, pooled over the epochs judged: the worst of each
+    rank's micro-batches and the global step (``step_report``), else group mixing
+    (``groups`` given), else the storage-block score. ``blocks`` maps each block count to
+    its score. ``order_finding``: None (the order changes), "repeats" or "similar"; every
+    line of the report is rendered from it and from these numbers alone.
     """
 
     epochs: int
@@ -619,13 +600,10 @@ class ShuffleReport(_MixingVerdict):
     batch_size: int
     unchanged: list[float]          # per consecutive pair: fraction of positions unchanged
     spearman: list[float]           # per consecutive pair: rank correlation of the orders
-    spread: list[float]             # per epoch: storage-position spread (not judged)
-    group_scores: list[float] | None = None  # per epoch: group mixing score (groups given)
     n_groups: int | None = None
     basis: str = field(default="storage blocks")
-    block_scores: list[float] | None = None  # per epoch: smallest storage-block score
     blocks: dict[int, float] | None = None   # block count -> score, pooled over epochs
-    block_score: float | None = None         # min over blocks: the judged score
+    score: float | None = None               # shuffle_report: the judged score
     rank_scores: list[float] | None = None   # step_report: per rank, its micro-batches
     step_score: float | None = None          # step_report: the global steps
     rank_effective: list[float] | None = None  # step_report + groups: effective groups
@@ -640,9 +618,7 @@ class ShuffleReport(_MixingVerdict):
         """The judged mixing score (see the class docstring)."""
         if self.rank_scores is not None:
             return _worst([*self.rank_scores, self.step_score])
-        if self.group_scores is not None:
-            return float(np.mean(self.group_scores))
-        return float(self.block_score)
+        return float(self.score)
 
     @property
     def order_changes(self) -> bool:
@@ -659,7 +635,7 @@ class ShuffleReport(_MixingVerdict):
     def order_problem(self) -> str | None:
         """A headline's words for the order: "order repeats", "similar order across
         epochs", or None when it changes."""
-        return _ORDER_PROBLEM[self.order_finding]
+        return ORDER_PROBLEM[self.order_finding]
 
     @property
     def ok(self) -> bool:
@@ -667,7 +643,7 @@ class ShuffleReport(_MixingVerdict):
 
     def _lines(self) -> list[str]:
         mark = "✔" if self.ok else "✘"
-        order, mixing = _ORDER_TEXT[self.order_finding], self._mixing_text()
+        order, mixing = ORDER_TEXT[self.order_finding], self._mixing_text()
         if self.ok:
             head = f"{mark} {order} · {mixing}"
         else:
@@ -675,33 +651,31 @@ class ShuffleReport(_MixingVerdict):
             found += [] if self.well_mixed else [mixing]
             head = f"{mark} " + " · ".join(found)
         what = "micro-batches" if self.rank_scores is not None else "batches"
-        alone = (["  mixing judged on epoch 0 alone: later epochs repeat its order, so they "
+        alone = ([f"  mixing judged on epoch 0 alone: {LATER_EPOCHS[self.order_finding]}, so they "
                   "are no new draws"] if self.order_finding is not None else [])
         return [head, f"  {score_line(self.mixing, self.chance)}", *alone,
-                f"  {order_line(max(self.unchanged), max(self.spearman, key=abs))}",
+                f"  {order_line(max(self.unchanged), max(self.spearman))}",
                 f"  {self.epochs} epochs × {self.samples_per_epoch} samples in {what} of "
                 f"{self.batch_size}", *self._basis_lines()]
 
     def _basis_lines(self) -> list[str]:
-        if self.group_scores is not None or (self.rank_scores is not None and self.n_groups):
+        if self.n_groups:
             basis = (f"scored on your {self.n_groups} groups: how many groups a batch holds, "
                      "against a uniform shuffle")
         else:
             shown = ", ".join(f"{m} blocks {s:.2f}" for m, s in (self.blocks or {}).items())
             basis = ("scored on storage blocks: the ids cut into runs of neighbours in "
                      f"storage order, the lowest score counts ({shown})")
-        if self.rank_scores is not None:
-            ranks = ", ".join(f"{s:.2f}" for s in self.rank_scores)
-            lines = [f"  {basis}",
-                     f"  each rank's micro-batches score {ranks}; all ranks' micro-batches of "
-                     f"one step together ({self.world_size} ranks) {self.step_score:.2f}"]
-            if self.rank_effective is not None:
-                eff = ", ".join(f"{e:.1f}" for e in self.rank_effective)
-                lines.append(f"  groups a micro-batch effectively holds, per rank: {eff}")
-            return lines
-        scores = self.group_scores if self.group_scores is not None else self.block_scores
-        per_epoch = ", ".join(f"{s:.2f}" for s in scores)
-        return [f"  {basis}", f"  per epoch: {per_epoch}"]
+        if self.rank_scores is None:
+            return [f"  {basis}"]
+        ranks = ", ".join(f"{s:.2f}" for s in self.rank_scores)
+        lines = [f"  {basis}",
+                 f"  each rank's micro-batches score {ranks}; all ranks' micro-batches of "
+                 f"one step together ({self.world_size} ranks) {self.step_score:.2f}"]
+        if self.rank_effective is not None:
+            eff = ", ".join(f"{e:.1f}" for e in self.rank_effective)
+            lines.append(f"  groups a micro-batch effectively holds, per rank: {eff}")
+        return lines
 
 
 def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None) -> ShuffleReport:
@@ -738,9 +712,6 @@ def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None) -> 
     pairs = [_PairStats.of(a, b, batch_size) for a, b in zip(orders, orders[1:], strict=False)]
     unchanged = [p.same / p.n for p in pairs]
     spearman = [p.rho for p in pairs]
-    identity = np.arange(labels.n)
-    spread = [batch_spread(labels.rank(order), identity, labels.n, batch_size)
-              for order in orders]
     finding = _order_finding(pairs)
     # Epochs that follow the first one's order are not new draws: pooled, they would make a
     # uniform shuffle look worse than chance allows. Mixing is then judged on epoch 0 alone.
@@ -748,27 +719,14 @@ def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None) -> 
     view = _View.of(labels, [_cut(order, batch_size) for order in judged_orders],
                     [labels.rank(order) for order in judged_orders])
     counts = block_counts(labels.n, view.pairs)
-    every = _View.of(labels, [_cut(order, batch_size) for order in orders],
-                     [labels.rank(order) for order in orders])
-    epochs = range(len(orders))
-    if groups is None:
-        judged = _judge(labels, [view], counts)
-        per_count, block_score = judged.per_count, judged.score
-        group_scores = n_groups = None
-    else:
-        judged = _judge(labels, [view], (None,))
-        per_count = {m: _measure(labels, view, m).score for m in counts}
-        block_score = _worst(list(per_count.values()))
-        group_scores = [_scores_only(labels, every, (None,), [e]) for e in epochs]
-        n_groups = labels.n_groups
-    block_scores = [_scores_only(labels, every, counts, [e]) for e in epochs]
+    judged = _judge(labels, [view], counts if groups is None else (None,))
+    per_count = (judged.per_count if groups is None
+                 else {m: _measure(labels, view, m).score for m in counts})
     return ShuffleReport(epochs=len(orders), samples_per_epoch=n, batch_size=batch_size,
-                         unchanged=unchanged, spearman=spearman, spread=spread,
-                         group_scores=group_scores, n_groups=n_groups,
+                         unchanged=unchanged, spearman=spearman, n_groups=labels.n_groups,
                          basis="group mixing" if groups is not None else "storage blocks",
-                         block_scores=block_scores, blocks=per_count,
-                         block_score=block_score, chance=judged.chance, poor=judged.poor,
-                         unproven=judged.unproven, order_finding=finding)
+                         blocks=per_count, score=judged.score, chance=judged.chance,
+                         poor=judged.poor, unproven=judged.unproven, order_finding=finding)
 
 
 def _check_batch_size(batch_size, n: int) -> int:
@@ -907,7 +865,7 @@ def step_report(epochs, groups=None) -> ShuffleReport:
     for before, after in zip(sequences, sequences[1:], strict=False):
         stats = [_PairStats.of(a, b, micro_batch) for a, b in zip(before, after, strict=True)]
         unchanged.append(max(p.same / p.n if p.n else 1.0 for p in stats))
-        spearman.append(max((p.rho for p in stats), key=abs))
+        spearman.append(max(p.rho for p in stats))
         pairs.extend(stats)
     finding = _order_finding(pairs)
     # epochs that follow the first one's order are no new draws (see shuffle_report)
@@ -916,7 +874,7 @@ def step_report(epochs, groups=None) -> ShuffleReport:
     sizes = [len(b) for ranks in epochs for r in ranks for b in r]
     return ShuffleReport(epochs=len(epochs), samples_per_epoch=sum(len(s) for s in sequences[0]),
                          batch_size=max(sizes) if sizes else 0, unchanged=unchanged,
-                         spearman=spearman, spread=[], n_groups=labels.n_groups,
+                         spearman=spearman, n_groups=labels.n_groups,
                          basis="group mixing" if groups is not None else "storage blocks",
                          blocks=judged.per_count if groups is None else None,
                          rank_scores=rank_scores, step_score=step_score,
