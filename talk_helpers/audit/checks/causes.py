@@ -1,12 +1,15 @@
-"""What usually causes a finding, and how the audit knows: the patterns in which ids were
-read, by which rank and which worker, that point at one cause.
+"""What causes a finding, and how the audit knows: the patterns in which ids were read, by
+which rank and which worker, that tell one cause from the others.
 
 Each function returns :class:`~talk_helpers.audit.checks.base.Cause` objects (at most one
-per finding), tried from the most specific pattern to the least: a cause is named only
-when the ids show it, and the evidence says what was seen.
+per finding), tried from the most specific pattern to the least. Each cause's docstring
+says what it must see and what rules it out; where two causes fit what was seen, the
+cause names both and how to tell them apart.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -28,7 +31,7 @@ def span(ids: np.ndarray, name) -> str:
 
 
 def once_causes(run: AuditRun, epoch: int, report, wanted) -> list[Cause]:
-    """The usual cause of duplicated, missing or unexpected ids in ``epoch``."""
+    """The cause of duplicated, missing or unexpected ids in ``epoch``."""
     found = (_offset(run, report, wanted) or _redrawn(run, report, wanted)
              or _ranks_not_split(run, epoch, report) or _workers_not_split(run, epoch, report)
              or _sources_collide(run, report)
@@ -265,7 +268,7 @@ def _reread(run: AuditRun, epoch: int, report) -> Cause | None:
 
 
 def order_causes(run: AuditRun, detail, mark: str, epochs_seen) -> list[Cause]:
-    """The usual causes of the order and mixing findings of an ``order.OrderDetail``."""
+    """The causes of the order and mixing findings of an ``order.OrderDetail``."""
     out = []
     if detail.not_shuffled:
         out.append(Cause(
@@ -284,7 +287,7 @@ def order_causes(run: AuditRun, detail, mark: str, epochs_seen) -> list[Cause]:
             mark, "similar order across epochs", "each epoch moves samples only a little "
             "from the last one's order (a small shuffle buffer, or a shuffle within a "
             "window)", "the order correlation (Spearman) between consecutive epochs is "
-            f"{max(detail.across.spearman, key=abs):+.2f} (unrelated orders: about 0)",
+            f"{max(detail.across.spearman):+.2f} (unrelated orders: about 0)",
             "shuffle the whole epoch (or larger windows), with a new seed every epoch"))
     if detail.mixing_problem() == "poorly mixed":
         out.append(_mixing_cause(detail, mark))
@@ -312,13 +315,16 @@ def _mixing_cause(detail, mark: str) -> Cause:
 
 def order_cause(run: AuditRun, finding: str, mark: str, epochs_seen, across=None,
                 exact: bool = True) -> Cause | None:
-    """Why the order repeats. ``epochs_seen[rank][epoch]``: ``(where, value)``, the epoch
-    the loader's sampler or dataset held at the start of the epoch, or None when it has
-    none the audit can read (see ``order.epoch_seen``). ``exact``: some rank read an epoch
-    in exactly the last one's order (else most positions kept their sample, ``across``
-    says how many)."""
+    """Why the order repeats. ``epochs_seen[rank][epoch]``: an ``order.EpochSeen`` (the
+    epoch the loader's sampler or dataset held after the epoch, the audit's own epoch
+    call, persistent workers) or None. ``exact``: some rank read an epoch in exactly the
+    last one's order (else most positions kept their sample, ``across`` says how many).
+    Each cause is named only when what it must see is seen and what rules it out is not."""
     seen = [[v for v in per_rank if v is not None] for per_rank in epochs_seen]
-    known = [v for v in seen if len(v) == run.n_epochs and run.n_epochs >= 2]
+    full = [v for v in seen if len(v) == run.n_epochs and run.n_epochs >= 2]
+    known = [[(e.where, e.value) for e in v] for v in full if all(e.where for e in v)]
+    called = next((e.called for v in full for e in v if e.called), None)
+    persistent = any(e.persistent for v in full for e in v)
     if not exact and across is not None:
         pair = int(np.argmax(across.unchanged))
         return Cause(
@@ -329,6 +335,15 @@ def order_cause(run: AuditRun, finding: str, mark: str, epochs_seen, across=None
             "about one position)",
             "save and restore the loader's state with the epoch it belongs to; reseed with "
             "seed + epoch")
+    if called and persistent:
+        return Cause(
+            mark, finding, "persistent workers keep the copy of the dataset they started "
+            f"with: the audit called {called}(epoch) before every epoch, in the main "
+            "process, and the workers never see it",
+            f"persistent_workers=True, the loader reused, {called} called with 0, 1, … "
+            "(the order repeats all the same)",
+            "keep the epoch where the workers read it (a shared value, the sampler), or "
+            "persistent_workers=False")
     if known and all(len({value for _, value in v}) == 1 for v in known):
         where, value = known[0][0]
         if "current_epoch" in where:   # litdata/streaming/dataloader.py, __iter__ counts
@@ -338,6 +353,12 @@ def order_cause(run: AuditRun, finding: str, mark: str, epochs_seen, across=None
                 f"{where} was {value} at the start of every epoch",
                 "build the loader once and iterate it every epoch (audit it with "
                 "--reuse-loader)")
+        if called:
+            return Cause(
+                mark, finding, f"{called}(epoch) does not reach what the loader shuffles "
+                "with: the audit called it every epoch, and the epoch stayed",
+                f"{where} was {value} at the start of every epoch",
+                "set the epoch on the object whose shuffle uses it")
         return Cause(
             mark, finding, "set_epoch is not called (or not with the epoch): the shuffle is "
             "seeded alike every epoch",
@@ -351,29 +372,78 @@ def order_cause(run: AuditRun, finding: str, mark: str, epochs_seen, across=None
             mark, finding, "the epoch reaches the loader, but its order does not follow it: "
             "a seed fixed elsewhere", f"{where} went {values}, and the order stayed",
             "seed the shuffle with seed + epoch")
+    told = f"the audit called {called}(epoch) every epoch; " if called else ""
+    first = (f"{called} that does not reach the shuffle" if called
+             else "an epoch that never reaches the shuffle (set_epoch not called)")
     return Cause(
-        mark, finding, "usually set_epoch not called, or a generator seeded alike every "
-        "epoch; or a loader that keeps its own epoch count, built anew every epoch",
-        "the same samples at the same positions in consecutive epochs; the loader shows no "
-        "epoch the audit can read",
-        "call set_epoch(epoch) each epoch; for a loader that counts its own epochs, audit "
-        "with --reuse-loader")
+        mark, finding, f"not told apart: {first}, a generator seeded alike every epoch, or a "
+        "loader that counts its own epochs built anew every epoch",
+        f"{told}the same samples at the same positions in consecutive epochs; the loader "
+        "shows no epoch counter the audit can read",
+        "to tell them apart: give the sampler or dataset an epoch attribute (set_epoch), or "
+        "audit with --reuse-loader; then seed the shuffle with seed + epoch")
 
 
 def idle_cause(run: AuditRun, idle: int, total: int, shards: list) -> Cause:
-    """Why workers read nothing: fewer shards than readers."""
+    """Why workers read nothing: fewer shards than readers (the dataset says how many), or
+    a rank split and a worker split by modulos with a common factor (the ids show it);
+    both named, and how to tell them apart, when neither is seen."""
+    finding = f"{idle} of {total} workers idle"
     known = [s for s in shards if s]
-    readers = total
-    if known:
+    if known and known[0] < total:
         return Cause(
-            "⚠", f"{idle} of {total} workers idle",
+            "⚠", finding,
             "fewer shards than ranks × workers: each shard goes to one reader, the rest wait",
-            f"the dataset has {known[0]} shards for {readers} readers "
-            f"({run.world_size} ranks × {readers // max(run.world_size, 1)} workers)",
+            f"the dataset has {known[0]} shards for {total} readers "
+            f"({run.world_size} ranks × {total // max(run.world_size, 1)} workers)",
             f"use at most {known[0]} readers, or cut the data into a multiple of "
-            f"{readers} shards")
+            f"{total} shards")
+    factor = _common_factor(run)
+    if factor:
+        ranks, workers, g = factor
+        return Cause(
+            "⚠", finding,
+            f"the rank split (id % {ranks}) and the worker split (id % {workers}) share the "
+            f"factor {g}: a rank's ids leave only 1 in {g} worker residues, the other workers "
+            "get none",
+            f"every rank's ids share one residue mod {ranks}, every worker's one residue mod "
+            f"{workers}, and the idle workers are exactly those whose residue mod {g} differs "
+            "from their rank's",
+            f"split once over all readers: keep id when id % ({ranks} × {workers}) == "
+            f"rank × {workers} + worker, or split the rank's own ids by position")
     return Cause(
-        "⚠", f"{idle} of {total} workers idle",
-        "usually fewer shards (files) than ranks × workers",
-        f"{idle} of the {total} workers read no sample this epoch (counted inside them)",
-        "use fewer workers, or more shards: a multiple of ranks × workers")
+        "⚠", finding,
+        "not told apart: fewer shards (files) than ranks × workers, or a worker split whose "
+        "rule leaves these workers no id",
+        f"{idle} of the {total} workers read no sample this epoch (counted inside them); the "
+        "dataset says no shard count, and the ids show no common factor of two modulos",
+        "to tell them apart: count the shards (fewer than the readers: the first), or list "
+        "which ids each worker's rule keeps (none for the idle ones: the second)")
+
+
+def _common_factor(run: AuditRun) -> tuple[int, int, int] | None:
+    """(world size, workers per rank, their common factor) when each rank's ids share one
+    residue mod the world size, each worker's one residue mod its rank's workers, and the
+    idle workers are exactly those whose residue differs from their rank's mod the common
+    factor; else None."""
+    ranks = run.world_size
+    for e in range(run.n_epochs):
+        for seen in run.epoch(e):
+            workers = _worker_ids(seen)
+            k = seen.num_workers or 0
+            g = math.gcd(ranks, k)
+            if workers is None or g < 2 or run.counted or not seen.ids.size:
+                return None
+            ids = seen.ids.astype(np.int64)
+            rank_residue = np.unique(ids % ranks)
+            if rank_residue.size != 1:
+                return None
+            for w in range(k):
+                mine = ids[workers == w]
+                fits = int(rank_residue[0]) % g == w % g
+                if (not mine.size) == fits:   # idle where it fits, or reads where it cannot
+                    return None
+                if mine.size and np.unique(mine % k).size != 1:
+                    return None
+    k = run.epoch(0)[0].num_workers
+    return ranks, k, math.gcd(ranks, k)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,6 +39,9 @@ from talk_helpers.audit.checks.base import AuditRun, Check, Recorder, Verdict
 from talk_helpers.audit.checks.causes import order_causes
 from talk_helpers.checks import step_report
 from talk_helpers.checks.mixing import (
+    LATER_EPOCHS,
+    ORDER_PROBLEM,
+    ORDER_TEXT,
     POOR_MIXING,
     chunk_windows,
     mixing_finding,
@@ -49,16 +53,12 @@ from talk_helpers.checks.mixing import (
 
 MIXING_SAMPLES = 8192   # samples per epoch the mixing score looks at, at most
 
-_ORDER_TEXT = {None: "order changes every epoch", "repeats": "order repeats across epochs",
-               "similar": "epochs keep a similar order"}
-_ORDER_PROBLEM = {"repeats": "order repeats", "similar": "similar order across epochs"}
-
 
 class Order(Check):
     name = "order"
 
     def recorder(self, plan) -> Recorder:
-        return EpochRecorder()
+        return EpochRecorder(plan)
 
     def judge(self, run: AuditRun) -> Verdict:
         expect = run.options.shuffle
@@ -176,7 +176,7 @@ class OrderDetail:
         """The headline's findings: one per cause."""
         if self.not_shuffled:
             return ["not shuffled"]
-        found = [_ORDER_PROBLEM[self.finding]] if self.finding is not None else []
+        found = [ORDER_PROBLEM[self.finding]] if self.finding is not None else []
         mixing = self.mixing_problem()
         return found + ([mixing] if mixing else [])
 
@@ -206,7 +206,7 @@ class OrderDetail:
         if self.not_shuffled:
             head = f"{warn} not shuffled: the same order every epoch, in storage order"
         else:
-            head = f"{warn if self.finding else good} {_ORDER_TEXT[self.finding]}"
+            head = f"{warn if self.finding else good} {ORDER_TEXT[self.finding]}"
             if self.level != "sample" and self.finding:
                 head += f" (at the level of {self.level})"
         stale = [r for r, c in self.changes.items() if not all(c)]
@@ -237,8 +237,8 @@ class OrderDetail:
             head = f"{good} {text}"
         lines = [head, score_line(s.mixing, s.chance)]
         if self.finding is not None:
-            lines.append("judged on epoch 0 alone: later epochs repeat its order, so they "
-                         "are no new draws")
+            lines.append(f"judged on epoch 0 alone: {LATER_EPOCHS[self.finding]}, so they are no "
+                         "new draws")
         ranks = ", ".join(f"{v:.2f}" if math.isfinite(v) else "no score" for v in s.rank_scores)
         if self.level != "sample":
             lines.append(f"judged at the level of {self.level}: each rank's chunks in the order "
@@ -394,16 +394,37 @@ def _chunk_epochs(run: AuditRun, storage: dict, chunk: int) -> list:
 
 class EpochRecorder(Recorder):
     """In each rank, once the epoch has been read: the epoch the loader, its sampler or
-    its dataset holds, ``(where, value)`` or None (for the cause of an order that
-    repeats). Read after the epoch, as a loader that counts its own epochs (litdata's
+    its dataset holds, ``(where, value)`` or None, and what the audit did that an epoch
+    depends on (for the cause of an order that repeats): :class:`EpochSeen`. Read after
+    the epoch, as a loader that counts its own epochs (litdata's
     ``StreamingDataLoader.__iter__``) moves its count when it starts one."""
+
+    def __init__(self, plan=None):
+        self.call = None if plan is None or plan.epoch_call is None else str(
+            getattr(plan.epoch_call, "__name__", plan.epoch_call))
 
     def start_epoch(self, epoch: int, loader) -> None:
         self.loader = loader
 
     def end_epoch(self, epoch: int):
+        from talk_helpers.audit.collect import worker_target
+
+        target, _ = worker_target(self.loader)
+        persistent = bool(getattr(target, "persistent_workers", False)
+                          and getattr(target, "num_workers", 0))
         seen, self.loader = epoch_seen(self.loader), None
-        return seen
+        return EpochSeen(*(seen or (None, None)), self.call, persistent)
+
+
+class EpochSeen(NamedTuple):
+    """``where``/``value``: the epoch counter the loader holds (None: none found);
+    ``called``: the epoch call the audit made before every epoch (None: none);
+    ``persistent``: the loader keeps persistent DataLoader workers."""
+
+    where: str | None
+    value: int | None
+    called: str | None
+    persistent: bool
 
 
 def epoch_seen(loader):
