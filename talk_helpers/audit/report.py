@@ -24,7 +24,7 @@ import numpy as np
 from talk_helpers.audit.checks import AuditRun, Options, Verdict
 from talk_helpers.audit.failure import EXIT_FAIL, EXIT_PASS, Failure
 from talk_helpers.palette import BAD_COLOUR, OK_COLOUR, WARN_COLOUR
-from talk_helpers.verdicts.render import colour_of, small_html, table_html
+from talk_helpers.verdicts.render import colour_of, folded_html, small_html, table_html
 
 __all__ = ["SCHEMA", "AuditFailed", "AuditReport", "EpochAudit"]
 
@@ -322,6 +322,12 @@ class AuditReport:
         """The usual cause of each finding that has one, and how the audit knows."""
         return [c for v in self.results.values() for c in v.causes]
 
+    def _causes_shown(self) -> list:
+        """The causes, or one line saying they are held back (``hold_back``)."""
+        if self.options.hold_back and self.causes:
+            return [_HELD]
+        return self.causes
+
     def _lines(self) -> list[tuple[str, str]]:
         """(label, entry) pairs; an entry starts with ✔/⚠/✘ where it is a verdict, and its
         further lines (after a newline) are the statistics behind it."""
@@ -332,7 +338,7 @@ class AuditReport:
             for i, entry in enumerate(self._epoch_lines(e)):
                 rows.append((f"epoch {e}" if i == 0 else "", entry))
         rows += [row for v in self.results.values() for row in v.rows]
-        rows += [("cause", "\n".join(c.lines())) for c in self.causes]
+        rows += [("cause", "\n".join(c.lines())) for c in self._causes_shown()]
         rows += [("", note) for v in self.results.values() for note in v.footnotes]
         return rows
 
@@ -372,13 +378,34 @@ class AuditReport:
                             for e in range(self.n_epochs)])
         extra += [_labelled(label, text) for v in self.results.values()
                   for label, text in v.rows]
-        extra += [_labelled("cause", "\n".join(c.lines())) for c in self.causes]
-        extra += [note.removeprefix("· ") for v in self.results.values() for note in v.footnotes]
-        for text in extra:
+        behind = []
+        for text in extra:   # each check's verdict line shown, its statistics folded
             first, *rest = text.split("\n")
             parts.append(f"<div style='color:{colour_of(first)}'>{html.escape(first)}</div>")
-            parts.extend(small_html(line, indent=True) for line in rest)
-        return "".join(parts) + "</div>"
+            behind += [small_html(line) for line in rest]
+        behind += [_line_html(_labelled("cause", "\n".join(c.lines())))
+                   for c in self._causes_shown()]
+        behind += [_line_html(note.removeprefix("· ")) for v in self.results.values()
+                   for note in v.footnotes]
+        summary = "cause and statistics" if self.causes else "statistics"
+        return "".join(parts) + folded_html("".join(behind), summary) + "</div>"
+
+
+class _Held:
+    """What stands for the causes an exercise holds back."""
+
+    @staticmethod
+    def lines() -> list[str]:
+        return ["· held back until you answer: the exercise's grader shows it"]
+
+
+_HELD = _Held()
+
+
+def _line_html(entry: str) -> str:
+    first, *rest = entry.split("\n")
+    return (f"<div style='color:{colour_of(first)}'>{html.escape(first)}</div>"
+            + "".join(small_html(line, indent=True) for line in rest))
 
 
 def _by_epoch(lines: list[list[str]]) -> list[str]:
