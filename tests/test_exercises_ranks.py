@@ -257,6 +257,21 @@ def test_sampler_counts_are_asked_of_distributed_sampler():
     assert "must be ints" in grade_sampler_counts("2", 2).message
 
 
+def test_the_mystery_audit_holds_its_cause_back_until_the_grader_shows_it():
+    from talk_helpers.audit import audit
+    from talk_helpers.lessons.datasets.ddp import make_mystery_loader
+
+    held = audit(make_mystery_loader, world_size=2, epochs=1, expected=24, in_process=True,
+                 hold_back=True)
+    cause = held.causes[0].cause
+    assert "not by worker" in cause
+    assert cause not in repr(held) and "not by worker" not in held._repr_html_()
+    assert "held back until you answer" in repr(held)
+    assert cause not in grade_diagnosis(None).message
+    for answer in ("no worker sharding", "idle workers"):
+        assert cause in grade_diagnosis(answer).message
+
+
 def test_each_wrong_diagnosis_gets_its_own_hint_and_the_answer_is_not_in_a_hint():
     assert grade_diagnosis(None).passed is None
     wrong = [d for d in DIAGNOSES if not grade_diagnosis(d).ok]

@@ -201,6 +201,27 @@ def test_the_mystery_diagnosis_passes_on_poorly_mixed_only():
     assert "not one of" in shuffling.grade_mystery_shuffle("shuffled").message
 
 
+def test_the_mystery_report_holds_its_findings_back_until_the_grader_shows_them():
+    from torch.utils.data import DataLoader
+
+    from talk_helpers.checks import shuffle_report
+    from talk_helpers.lessons.datasets.handed_over import MysteryShuffle
+    from talk_helpers.lessons.datasets.shuffling import collect, labels_of
+
+    mystery = [collect(DataLoader(MysteryShuffle(epoch=epoch), batch_size=20))
+               for epoch in range(2)]
+    orders = [np.concatenate(batches) for batches, _ in mystery]
+    held = shuffle_report(orders, groups=labels_of(), batch_size=20, hold_back=True)
+    for option in ("missing", "duplicated", "repeat", "poorly mixed", "well mixed",
+                   "augmentations"):
+        assert option not in repr(held) and option not in held._repr_html_(), option
+    assert "mixing score" in repr(held)
+    assert "held back" not in shuffling.grade_mystery_shuffle(None, mystery).message
+    for answer in ("poorly mixed", "order repeats"):
+        assert "held back: ✘ poorly mixed" in shuffling.grade_mystery_shuffle(answer,
+                                                                             mystery).message
+
+
 def test_the_smallest_buffer_is_the_first_multiple_of_50_that_mixes_to_0_9():
     scores = {b: shuffling._one_shard_mixing(b) for b in range(50, 601, 50)}
     smallest = min(b for b, score in scores.items() if score >= 0.9)

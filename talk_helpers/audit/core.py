@@ -67,7 +67,8 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
           timeout_s: float = 120.0, start_method: str | None = None,
           batch_ids: Callable | None = None, collective_timeout_s: float = 10.0,
           reuse: bool | None = None, checks: tuple | None = None,
-          with_replacement: bool = False, mixing: str = "sample") -> AuditReport:
+          with_replacement: bool = False, mixing: str = "sample",
+          hold_back: bool = False) -> AuditReport:
     """Run ``make_loader`` in every rank and check what the ranks see together.
 
     Args:
@@ -117,6 +118,8 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
             resampled shards): judge coverage and balance, not exactly once.
         mixing: the level mixing is judged at: ``"sample"``, or ``"chunk:N"`` for a loader
             that shuffles chunks of N consecutive ids (litdata, mosaicml-streaming).
+        hold_back: the report holds its causes back (``report.causes`` keeps them), for an
+            exercise that asks for them.
     """
     if not callable(make_loader):
         raise TypeError(f"make_loader must be callable as make_loader(rank, world_size, "
@@ -139,7 +142,7 @@ def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=N
                       shuffle=shuffle, dropped_by_design=dropped_by_design,
                       repeated_by_design=repeated_by_design, steps=steps,
                       ids=reader.label, counted=reader.counted,
-                      with_replacement=with_replacement, mixing=mixing)
+                      with_replacement=with_replacement, mixing=mixing, hold_back=hold_back)
     validate_options(options)
     checks = CHECKS if checks is None else tuple(checks)
     plan = Plan(epochs=epochs, reader=reader, steps=steps, reuse_loader=reuse_loader,
@@ -208,9 +211,9 @@ def _expected_value(expected):
 
 def validate_options(options: Options) -> None:
     """Refuse bad arguments before any process starts, naming the argument."""
-    if not isinstance(options.with_replacement, bool):
-        raise TypeError(f"with_replacement must be True or False, got "
-                        f"{options.with_replacement!r}")
+    for name in ("with_replacement", "hold_back"):
+        if not isinstance(getattr(options, name), bool):
+            raise TypeError(f"{name} must be True or False, got {getattr(options, name)!r}")
     mixing = options.mixing
     if not (mixing == "sample" or (isinstance(mixing, str) and mixing.startswith("chunk:")
                                    and mixing[6:].isdigit() and int(mixing[6:]) >= 1)):

@@ -566,7 +566,9 @@ class _MixingVerdict:
 
     def _repr_html_(self) -> str:
         first, *rest = self._lines()
-        return verdict_html(first[:1], first[2:], statistics=rest)
+        number = f"mixing score {self.mixing:.2f}" if math.isfinite(self.mixing) else ""
+        return verdict_html(first[:1], " · ".join(filter(None, [first[2:], number])),
+                            statistics=rest)
 
 
 ORDER_TEXT = {None: "order changes every epoch", "repeats": "order repeats across epochs",
@@ -612,6 +614,7 @@ class ShuffleReport(_MixingVerdict):
     poor: bool = False            # below GOOD_MIXING and beyond chance
     unproven: bool = False        # too few samples: a poor loader would pass too
     order_finding: str | None = None
+    held_back: bool = False       # the findings held back until an exercise is answered
 
     @property
     def mixing(self) -> float:
@@ -653,6 +656,8 @@ class ShuffleReport(_MixingVerdict):
         what = "micro-batches" if self.rank_scores is not None else "batches"
         alone = ([f"  mixing judged on epoch 0 alone: {LATER_EPOCHS[self.order_finding]}, so they "
                   "are no new draws"] if self.order_finding is not None else [])
+        if self.held_back:
+            head, alone = "· findings held back until you answer: the statistics alone", []
         return [head, f"  {score_line(self.mixing, self.chance)}", *alone,
                 f"  {order_line(max(self.unchanged), max(self.spearman))}",
                 f"  {self.epochs} epochs × {self.samples_per_epoch} samples in {what} of "
@@ -678,13 +683,18 @@ class ShuffleReport(_MixingVerdict):
         return lines
 
 
-def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None) -> ShuffleReport:
+def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None, *,
+                   hold_back: bool = False) -> ShuffleReport:
     """Measure whether ``epoch_orders`` (≥ 2 epochs of sample ids, in the order seen)
     change between epochs and how well their batches mix; see the module docstring.
 
     ``groups``: optional label per sample id — a sequence indexed by id, or a dict
     id -> label. ``batch_size``: the batch the score looks at (default: about sqrt(N)).
+    ``hold_back``: show the statistics alone, the findings held back (for an exercise
+    that asks for them; its grader shows them once answered).
     """
+    if not isinstance(hold_back, bool):
+        raise TypeError(f"hold_back must be True or False, got {hold_back!r}")
     if isinstance(epoch_orders, (str, bytes)) or not hasattr(epoch_orders, "__len__"):
         raise TypeError("epoch_orders must be a sequence of epochs, each a sequence of "
                         "sample ids")
@@ -726,7 +736,8 @@ def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None) -> 
                          unchanged=unchanged, spearman=spearman, n_groups=labels.n_groups,
                          basis="group mixing" if groups is not None else "storage blocks",
                          blocks=per_count, score=judged.score, chance=judged.chance,
-                         poor=judged.poor, unproven=judged.unproven, order_finding=finding)
+                         poor=judged.poor, unproven=judged.unproven, order_finding=finding,
+                         held_back=hold_back)
 
 
 def _check_batch_size(batch_size, n: int) -> int:

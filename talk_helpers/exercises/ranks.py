@@ -13,9 +13,11 @@ forkserver worker has no process group) fails under every start method, fork inc
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from itertools import islice
 
 import numpy as np
@@ -114,7 +116,8 @@ def grade_sampler_counts(repeated, dropped) -> Grade:
 
 
 def grade_diagnosis(answer) -> Grade:
-    """Exercise 05.3: what is wrong with ``make_mystery_loader``, read from its audit."""
+    """Exercise 05.3: what is wrong with ``make_mystery_loader``, read from its audit (run
+    with ``hold_back=True``); once answered, the grade shows the cause it held back."""
     hints = {
         "no rank sharding": "count how many times each id is read, and compare it with "
                             "world_size and with the loader's num_workers",
@@ -123,9 +126,21 @@ def grade_diagnosis(answer) -> Grade:
                                     "rank took",
         "correct": "is every id read exactly once?",
     }
-    return choice("05.3", answer, options=DIAGNOSES, correct="no worker sharding",
-                  hints=hints, explain="each id is read once by every worker of the rank "
-                                       "that holds it")
+    grade = choice("05.3", answer, options=DIAGNOSES, correct="no worker sharding",
+                   hints=hints, explain="each id is read once by every worker of the rank "
+                                        "that holds it")
+    if grade.passed is None:
+        return grade
+    return replace(grade, message=f"{grade.message}; the audit's cause, held back: "
+                                  f"{_mystery_causes()}")
+
+
+@functools.cache
+def _mystery_causes() -> str:
+    from talk_helpers.lessons.datasets.ddp import make_mystery_loader
+
+    report = audit(make_mystery_loader, world_size=2, epochs=1, expected=24, in_process=True)
+    return "; ".join(c.lines()[0] for c in report.causes)
 
 
 # ------------------------------------------------------------------ the whole dataset

@@ -7,6 +7,8 @@ real DataLoaders by :func:`grade_shuffle_before_shard`.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from talk_helpers.checks import shuffle_report
@@ -102,15 +104,24 @@ def _poorly_mixed(orders, size: int, batch_size: int, num_workers: int) -> str |
     return None
 
 
-def grade_mystery_shuffle(mystery_problem) -> Grade:
-    """Exercise 03.2: what is wrong with ``MysteryShuffle``."""
+def grade_mystery_shuffle(mystery_problem, mystery=None) -> Grade:
+    """Exercise 03.2: what is wrong with ``MysteryShuffle``. ``mystery``: its epochs as
+    collected (``[(batches, draws), …]``); once answered, the grade shows the findings
+    the exercise's ``shuffle_report(…, hold_back=True)`` held back."""
     options = ("missing or duplicated", "order repeats", "poorly mixed", "same augmentations")
-    return choice("03.2", mystery_problem, options=options, correct="poorly mixed", hints={
+    grade = choice("03.2", mystery_problem, options=options, correct="poorly mixed", hints={
         "missing or duplicated": "check_exactly_once passes for both epochs",
-        "order repeats": "shuffle_report says whether the order changes between epochs",
+        "order repeats": "the order statistics say whether the order changes between epochs",
         "same augmentations": "check_random_draws compares the workers' draws",
     }, explain="it moves whole blocks of 50 neighbouring ids, so a batch holds one or two "
                "classes")
+    if grade.passed is None or mystery is None:
+        return grade
+    from talk_helpers.lessons.datasets.shuffling import labels_of
+
+    report = shuffle_report([np.concatenate(batches) for batches, _ in mystery],
+                            groups=labels_of(), batch_size=20)
+    return replace(grade, message=f"{grade.message}; the report held back: {report.headline}")
 
 
 def grade_smallest_buffer(smallest_buffer) -> Grade:

@@ -20,7 +20,8 @@ class Options:
     the command line). ``counted``: ids are content hashes, so ``expected`` is a count.
     ``with_replacement``: samples are drawn with replacement, judged for coverage and
     balance instead of exactly once. ``mixing``: the level mixing is judged at, "sample"
-    or "chunk:N" (N consecutive ids in storage order)."""
+    or "chunk:N" (N consecutive ids in storage order). ``hold_back``: the report holds
+    its causes back (an exercise that asks for them; its grader shows them)."""
 
     expected: Any = None
     batch_size: int | None = None
@@ -32,6 +33,7 @@ class Options:
     counted: bool = False
     with_replacement: bool = False
     mixing: str = "sample"
+    hold_back: bool = False
 
     @property
     def chunk(self) -> int | None:
