@@ -19,7 +19,7 @@ from talk_helpers.checks.draws import DrawReport, check_random_draws
 from talk_helpers.checks.eval_counts import EvalCountReport, check_eval_counts
 from talk_helpers.checks.exactly_once import ExactlyOnceReport, check_exactly_once
 from talk_helpers.checks.ids import ids_of
-from talk_helpers.checks.mixing import ShuffleReport, StepMixing, shuffle_report, step_report
+from talk_helpers.checks.mixing import ShuffleReport, shuffle_report, step_report
 from talk_helpers.checks.preparation import PreparationReport, check_preparation_time
 from talk_helpers.checks.rank_split import RankSplitReport, check_rank_split
 from talk_helpers.checks.resume import ResumeReport, check_resume
@@ -44,7 +44,7 @@ from talk_helpers.verdicts.audit_results import (
 
 __all__ = [
     "BatchCountReport", "BatchSizeReport", "DrawReport", "ExactlyOnceReport", "ShuffleReport",
-    "StepMixing", "check_batch_counts", "check_batch_sizes", "check_exactly_once",
+    "check_batch_counts", "check_batch_sizes", "check_exactly_once",
     "check_random_draws", "ids_of", "shuffle_report", "step_report",
     # what breaks in production (notebook 11)
     "CacheReport", "Checklist", "EvalCountReport", "PreparationReport", "RankSplitReport",

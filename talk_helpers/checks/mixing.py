@@ -84,8 +84,8 @@ from talk_helpers.verdicts.render import verdict_html
 __all__ = [
     "GOOD_MIXING", "POOR_MIXING", "STALE_ORDER", "MIN_SAME_PAIRS", "MAX_BLOCKS",
     "MIXING_ALPHA", "ORDER_ALPHA",
-    "ShuffleReport", "StepMixing",
-    "shuffle_report", "step_report", "rank_mixing", "batch_mixing", "effective_groups",
+    "ShuffleReport",
+    "shuffle_report", "step_report", "batch_mixing", "effective_groups",
     "block_counts", "OrderAcross", "order_across", "mixing_finding", "score_line", "order_line",
     "spearman", "chunk_windows", "ORDER_TEXT", "ORDER_PROBLEM", "LATER_EPOCHS",
 ]
@@ -752,45 +752,6 @@ def _check_batch_size(batch_size, n: int) -> int:
 # --- what a training step sees -----------------------------------------------------------
 
 
-@dataclass(repr=False)
-class StepMixing(_MixingVerdict):
-    """:func:`rank_mixing` of one epoch: each rank's micro-batches and the global steps."""
-
-    rank_scores: list[float]
-    step_score: float
-    rank_effective: list[float] | None   # effective groups per micro-batch (groups given)
-    world_size: int
-    micro_batch: int
-    basis: str
-    chance: float = float("nan")   # spread of a uniform shuffle's score at this size
-    poor: bool = False             # below GOOD_MIXING and beyond chance
-    unproven: bool = False         # too few samples: a poor loader would pass too
-
-    @property
-    def mixing(self) -> float:
-        """The worst of every rank's micro-batches and the global step."""
-        return _worst([*self.rank_scores, self.step_score])
-
-    @property
-    def ok(self) -> bool:
-        return self.well_mixed
-
-    def _lines(self) -> list[str]:
-        mark = "✔" if self.ok else "✘"
-        ranks = ", ".join(f"{s:.2f}" for s in self.rank_scores)
-        basis = ("storage blocks (the ids cut into runs of neighbours in storage order)"
-                 if self.basis == "storage blocks" else self.basis)
-        lines = [f"{mark} micro-batches {self._mixing_text()}",
-                 f"  {score_line(self.mixing, self.chance)}",
-                 f"  scored on {basis}: each rank's micro-batches of {self.micro_batch} score "
-                 f"{ranks}; all ranks' micro-batches of one step together "
-                 f"({self.world_size} ranks) {self.step_score:.2f}"]
-        if self.rank_effective is not None:
-            eff = ", ".join(f"{e:.1f}" for e in self.rank_effective)
-            lines.append(f"  groups a micro-batch effectively holds, per rank: {eff}")
-        return lines
-
-
 def _rank_epochs(epochs, name: str) -> list[list[list[np.ndarray]]]:
     """epochs -> ranks -> micro-batches, as int64 arrays; checks the nesting."""
     if isinstance(epochs, (str, bytes)) or not hasattr(epochs, "__len__"):
@@ -833,26 +794,6 @@ def _score_ranks(labels: _Labels, epochs, groups):
                  [_effective(labels, [b for ranks in epochs for b in ranks[r]])
                   for r in range(world)])
     return judged.scores[:-1], judged.scores[-1], effective, judged
-
-
-def rank_mixing(rank_batches, groups=None) -> StepMixing:
-    """Score one epoch as training sees it. ``rank_batches[r]`` is the list of micro-batches
-    (sample ids) rank ``r`` yielded, in order; the global step ``k`` is every rank's ``k``-th
-    micro-batch together. Scores each rank's micro-batches, the global steps, and with
-    ``groups`` the effective groups per micro-batch (see :func:`effective_groups`)."""
-    epochs = _rank_epochs([rank_batches], "rank_batches")
-    all_ids = np.concatenate([b for r in epochs[0] for b in r] or [np.empty(0, np.int64)])
-    labels = _Labels(all_ids, groups)
-    if labels.n < 2:
-        raise ValueError("rank_batches must hold at least 2 distinct sample ids")
-    rank_scores, step_score, effective, judged = _score_ranks(labels, epochs, groups)
-    sizes = [len(b) for r in epochs[0] for b in r]
-    basis = (f"group mixing over {labels.n_groups} groups"
-             if groups is not None else "storage blocks")
-    return StepMixing(rank_scores=rank_scores, step_score=step_score,
-                      rank_effective=effective, world_size=len(epochs[0]),
-                      micro_batch=max(sizes) if sizes else 0, basis=basis,
-                      chance=judged.chance, poor=judged.poor, unproven=judged.unproven)
 
 
 def step_report(epochs, groups=None) -> ShuffleReport:
