@@ -971,7 +971,7 @@ def test_each_line_starts_with_its_finding_and_the_statistics_follow_in_words():
         "             missing: 12, 13"]
     assert "order correlation (Spearman)" in repr(report) and "rank correlation" not in repr(report)
     html = report._repr_html_()
-    assert "✘ 12 duplicated · 2 missing<div" in html
+    assert "✘ 12 duplicated · 2 missing<details" in html   # its statistics fold away
     assert "<small>14 expected · 12 unique · 24 read in all</small>" in html
     good = audit(functools.partial(strided, n=64, batch_size=4, shuffle=True), world_size=2,
                  epochs=3, expected=64, in_process=True, shuffle=True)
@@ -989,3 +989,17 @@ def test_html_lines_outside_the_table_name_their_epoch_and_show_a_shared_line_on
     assert shown == ["✔ every epoch · samples per worker: rank 0: 30, 20 · rank 1: 30, 20",
                      "⚠ epoch 0 · 1 of 4 workers idle"]
     assert _by_epoch([[workers]]) == [workers]  # one epoch: nothing to tell apart
+
+
+def test_options_come_as_one_object_or_as_keywords_and_an_unknown_one_is_named():
+    from talk_helpers.audit import AuditOptions
+
+    options = AuditOptions(epochs=1, expected=12, in_process=True)
+    by_object = audit(strided, world_size=2, options=options)
+    by_keywords = audit(strided, world_size=2, epochs=1, expected=12, in_process=True)
+    assert repr(by_object) == repr(by_keywords)
+    assert audit(strided, world_size=2, options=options, epochs=2).n_epochs == 2
+    with pytest.raises(TypeError, match="no option 'reuse'.*'warm_world'"):
+        audit(strided, world_size=2, reuse=False)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.epochs = 3

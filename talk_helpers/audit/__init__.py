@@ -15,8 +15,8 @@ command line: :mod:`.cli`, :mod:`.shell`, :mod:`.launch` (``--nproc-per-node``) 
 
 import importlib
 
-__all__ = ["AuditFailed", "AuditReport", "EpochAudit", "RankEpoch", "UnreadableBatch",
-           "audit", "build_report", "collect_batches", "collect_ids"]
+__all__ = ["AuditFailed", "AuditOptions", "AuditReport", "EpochAudit", "RankEpoch",
+           "UnreadableBatch", "audit", "build_report", "collect_batches", "collect_ids"]
 
 
 def __getattr__(name: str):

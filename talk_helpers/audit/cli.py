@@ -402,7 +402,7 @@ def _main_local(args, factory: ImportedFactory) -> int:
     try:
         # One call: ranks kept warm for a next call would only cost their shutdown at exit.
         report = audit(factory, world_size=args.world_size or 2, epochs=args.epochs,
-                       timeout_s=args.timeout, start_method=args.start_method, reuse=False,
+                       timeout_s=args.timeout, start_method=args.start_method, warm_world=False,
                        **report_options(args))
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None

@@ -32,6 +32,8 @@ from __future__ import annotations
 import pickle
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 from talk_helpers.arguments import is_int, require_int
 from talk_helpers.audit.checks import CHECKS, AuditRun, Options
@@ -51,7 +53,7 @@ from talk_helpers.audit.sample_ids import UnreadableBatch, sample_ids
 from talk_helpers.checks import check_exactly_once
 from talk_helpers.runtime import world as distributed
 
-__all__ = ["AuditFailed", "AuditReport", "EpochAudit", "NotALoader", "RankEpoch",
+__all__ = ["AuditFailed", "AuditOptions", "AuditReport", "EpochAudit", "NotALoader", "RankEpoch",
            "UnreadableBatch", "audit", "build_report", "collect_batches", "collect_ids",
            "expected_fits", "failed_report", "validate_options"]
 
@@ -59,112 +61,133 @@ SHUFFLE_CHOICES = (None, True, False)
 BYTES_PER_EXPECTED_ID = 24   # the exactly-once check's counts, masks and copies, per id
 
 
-def audit(make_loader: Callable, *, world_size: int, epochs: int = 2, expected=None,
-          batch_size: int | None = None, shuffle: bool | None = None,
-          dropped_by_design=None, repeated_by_design=None, ids: str | None = None,
-          by_content: bool = False, steps: int | None = None, reuse_loader: bool = False,
-          epoch_call: str | Callable | None = None, in_process: bool = False,
-          timeout_s: float = 120.0, start_method: str | None = None,
-          batch_ids: Callable | None = None, collective_timeout_s: float = 10.0,
-          reuse: bool | None = None, checks: tuple | None = None,
-          with_replacement: bool = False, mixing: str = "sample",
-          hold_back: bool = False) -> AuditReport:
+@dataclass(frozen=True)
+class AuditOptions:
+    """Everything :func:`audit` takes besides the loader and the world size; each may also
+    be passed to ``audit()`` as a keyword.
+
+    * ``epochs``: epochs to run (≥ 1).
+    * ``expected``: the samples one epoch should hold exactly once: an int N (ids 0..N-1;
+      with string ids or ``by_content``, N distinct samples), a range
+      (``range(10_000, 10_240)``) or a sequence of ids (integers or strings). None: the
+      distinct ids seen in epoch 0 (with ``steps``, each epoch's own).
+    * ``batch_size``: when given, also check that every batch holds this many samples.
+    * ``shuffle``: True: the loader is meant to shuffle, so an order that repeats across
+      epochs or is poorly mixed fails the audit. False: the order is not judged. None: the
+      order is reported, with ⚠ in the headline when it looks wrong.
+    * ``dropped_by_design`` / ``repeated_by_design``: ids a fix drops, or extra reads it
+      makes, on purpose per epoch: a count or the ids; ``"auto"``: what litdata drops
+      under DDP, or what mosaicml-streaming pads.
+    * ``ids``: where each batch holds its sample ids: a dict key, a tuple position or a
+      dotted path (``"idx"``, ``"0"``, ``"meta.id"``, ``"__key__"``); ints or strings.
+      ``by_content``: identify each sample by a stable hash of its content instead.
+      Without either only a 1-D integer batch or a dict with an ``"id"`` key is read; any
+      other batch ends the audit (``status == "usage"``) with its structure shown.
+      ``batch_ids``: a picklable ``batch -> ids`` for batches a path cannot describe.
+    * ``steps``: batches per rank per epoch, at most (for long and endless loaders).
+    * ``reuse_loader``: build each rank's loader once and iterate it every epoch, as a
+      training loop that builds it once does (default: once per epoch). ``epoch_call``:
+      with it, what the loop calls before each epoch, as a path on the loader
+      (``"sampler.set_epoch"``) or a picklable ``fn(loader, epoch)``; nothing unless named.
+    * ``in_process``: call ``make_loader`` for each rank in this process instead of a real
+      world: fast, for pure simulations that do not touch ``torch.distributed`` (errors
+      are raised, not reported).
+    * ``timeout_s``: deadline for the whole world; ``collective_timeout_s``: gloo's, for
+      loaders that use collectives; ``start_method`` and ``warm_world`` (False: ranks
+      started for this audit alone, None: the notebook's warm world) go to
+      :func:`talk_helpers.runtime.world.run_world`.
+    * ``checks``: the checks to run (default :data:`talk_helpers.audit.checks.CHECKS`).
+    * ``with_replacement``: the loader draws with replacement (``WeightedRandomSampler``,
+      resampled shards): judge coverage and balance, not exactly once.
+    * ``mixing``: the level mixing is judged at: ``"sample"``, or ``"chunk:N"`` for a
+      loader that shuffles chunks of N consecutive ids (litdata, mosaicml-streaming).
+    * ``hold_back``: the report holds its causes back (``report.causes`` keeps them), for
+      an exercise that asks for them.
+    """
+
+    epochs: int = 2
+    expected: Any = None
+    batch_size: int | None = None
+    shuffle: bool | None = None
+    dropped_by_design: Any = None
+    repeated_by_design: Any = None
+    ids: str | None = None
+    by_content: bool = False
+    batch_ids: Callable | None = None
+    steps: int | None = None
+    reuse_loader: bool = False
+    epoch_call: str | Callable | None = None
+    in_process: bool = False
+    timeout_s: float = 120.0
+    collective_timeout_s: float = 10.0
+    start_method: str | None = None
+    warm_world: bool | None = None
+    checks: tuple | None = None
+    with_replacement: bool = False
+    mixing: str = "sample"
+    hold_back: bool = False
+
+
+def audit(make_loader: Callable, *, world_size: int, options: AuditOptions | None = None,
+          **keywords) -> AuditReport:
     """Run ``make_loader`` in every rank and check what the ranks see together.
 
-    Args:
-        make_loader: ``make_loader(rank, world_size, epoch)`` returns what a training loop
-            iterates (a DataLoader, an iterable dataset, a list of batches). In a real
-            world it is pickled and sent to the rank processes, so it must be a
-            module-level function, one from an ``%%importable`` cell, or a
-            ``functools.partial`` of one.
-        world_size: number of ranks (≥ 1).
-        epochs: epochs to run (≥ 1).
-        expected: the samples one epoch should hold exactly once: an int N (ids
-            0..N-1; with string ids or ``by_content``, N distinct samples), a range
-            (``range(10_000, 10_240)``) or a sequence of ids (integers or strings). None:
-            the distinct ids seen in epoch 0 (with ``steps``, each epoch's own).
-        batch_size: when given, also check that every batch holds this many samples.
-        shuffle: True: the loader is meant to shuffle, so an order that repeats across
-            epochs or is poorly mixed fails the audit. False: the order is not judged.
-            None: the order is reported, with ⚠ in the headline when it looks wrong.
-        dropped_by_design: ids a fix drops on purpose, per epoch: a count or the ids;
-            ``"auto"``: what litdata's own rule drops under DDP.
-        repeated_by_design: extra reads a fix makes on purpose, per epoch: a count (reads
-            beyond the first) or the ids that repeat; ``"auto"``: what mosaicml-streaming
-            pads.
-        ids: where each batch holds its sample ids: a dict key, a tuple position or a
-            dotted path (``"idx"``, ``"0"``, ``"meta.id"``, ``"__key__"``); ints or strings.
-        by_content: identify each sample by a stable hash of its content instead.
-            Without ``ids`` or ``by_content`` only a 1-D integer batch or a dict with an
-            ``"id"`` key is read; any other batch ends the audit (``status == "usage"``)
-            with its structure shown.
-        steps: batches per rank per epoch, at most (for long and endless loaders).
-        reuse_loader: build each rank's loader once and iterate it every epoch, as a
-            training loop that builds it once does (default: once per epoch).
-        epoch_call: with ``reuse_loader``, what the loop calls before each epoch, as a
-            path on the loader (``"sampler.set_epoch"``, ``"set_epoch"``) or a picklable
-            ``fn(loader, epoch)``. Nothing is called unless named.
-        in_process: call ``make_loader`` for each rank in this process instead of a real
-            world: fast, for pure simulations that do not touch ``torch.distributed``
-            (errors are raised, not reported).
-        timeout_s: deadline for the whole world.
-        start_method: passed to :func:`talk_helpers.runtime.world.run_world`.
-        batch_ids: a picklable ``batch -> ids`` for batches a path cannot describe.
-        collective_timeout_s: gloo's timeout, for loaders that use collectives.
-        reuse: passed to :func:`talk_helpers.runtime.world.run_world`: False starts ranks for
-            this audit alone (a one-shot command), None keeps the notebook's warm world.
-        checks: the checks to run (default :data:`talk_helpers.audit.checks.CHECKS`).
-        with_replacement: the loader draws with replacement (``WeightedRandomSampler``,
-            resampled shards): judge coverage and balance, not exactly once.
-        mixing: the level mixing is judged at: ``"sample"``, or ``"chunk:N"`` for a loader
-            that shuffles chunks of N consecutive ids (litdata, mosaicml-streaming).
-        hold_back: the report holds its causes back (``report.causes`` keeps them), for an
-            exercise that asks for them.
+    ``make_loader(rank, world_size, epoch)`` returns what a training loop iterates (a
+    DataLoader, an iterable dataset, a list of batches). In a real world it is pickled and
+    sent to the rank processes, so it must be a module-level function, one from an
+    ``%%importable`` cell, or a ``functools.partial`` of one. ``world_size``: number of
+    ranks (≥ 1). Everything else: :class:`AuditOptions`, as ``options=`` or keywords.
     """
     if not callable(make_loader):
         raise TypeError(f"make_loader must be callable as make_loader(rank, world_size, "
                         f"epoch), got {make_loader!r}")
+    unknown = sorted(set(keywords) - {f.name for f in fields(AuditOptions)})
+    if unknown:
+        raise TypeError(f"audit() has no option {unknown[0]!r}; the options are "
+                        f"{[f.name for f in fields(AuditOptions)]}")
+    o = replace(options or AuditOptions(), **keywords)
     require_int("world_size", world_size, minimum=1)
-    require_int("epochs", epochs, minimum=1)
-    require_int("steps", steps, minimum=1, allow_none=True)
-    reader = sample_ids(ids, by_content, batch_ids)
-    if not isinstance(reuse_loader, bool):
-        raise TypeError(f"reuse_loader must be True or False, got {reuse_loader!r}")
-    if epoch_call is not None:
-        if not reuse_loader:
+    require_int("epochs", o.epochs, minimum=1)
+    require_int("steps", o.steps, minimum=1, allow_none=True)
+    reader = sample_ids(o.ids, o.by_content, o.batch_ids)
+    if not isinstance(o.reuse_loader, bool):
+        raise TypeError(f"reuse_loader must be True or False, got {o.reuse_loader!r}")
+    if o.epoch_call is not None:
+        if not o.reuse_loader:
             raise ValueError("epoch_call needs reuse_loader=True: a loader built for every "
                              "epoch gets its epoch from make_loader(rank, world_size, epoch)")
-        if not callable(epoch_call) and not (isinstance(epoch_call, str) and epoch_call):
+        if not callable(o.epoch_call) and not (isinstance(o.epoch_call, str) and o.epoch_call):
             raise TypeError(f"epoch_call must be an attribute path such as "
                             f"'sampler.set_epoch' or a callable fn(loader, epoch), "
-                            f"got {epoch_call!r}")
-    options = Options(expected=_expected_value(expected), batch_size=batch_size,
-                      shuffle=shuffle, dropped_by_design=dropped_by_design,
-                      repeated_by_design=repeated_by_design, steps=steps,
-                      ids=reader.label, counted=reader.counted,
-                      with_replacement=with_replacement, mixing=mixing, hold_back=hold_back)
-    validate_options(options)
-    checks = CHECKS if checks is None else tuple(checks)
-    plan = Plan(epochs=epochs, reader=reader, steps=steps, reuse_loader=reuse_loader,
-                epoch_call=epoch_call, checks=checks)
+                            f"got {o.epoch_call!r}")
+    judged = Options(expected=_expected_value(o.expected), batch_size=o.batch_size,
+                     shuffle=o.shuffle, dropped_by_design=o.dropped_by_design,
+                     repeated_by_design=o.repeated_by_design, steps=o.steps,
+                     ids=reader.label, counted=reader.counted,
+                     with_replacement=o.with_replacement, mixing=o.mixing,
+                     hold_back=o.hold_back)
+    validate_options(judged)
+    checks = CHECKS if o.checks is None else tuple(o.checks)
+    plan = Plan(epochs=o.epochs, reader=reader, steps=o.steps, reuse_loader=o.reuse_loader,
+                epoch_call=o.epoch_call, checks=checks)
 
-    if in_process:
+    if o.in_process:
         ranks = [collect(rank, world_size, make_loader, plan, publish=_ignore)
                  for rank in range(world_size)]
-        return build_report(ranks, options=options, checks=checks)
+        return build_report(ranks, options=judged, checks=checks)
     _check_sendable(make_loader, "make_loader")
-    for name, value in (("batch_ids", batch_ids), ("epoch_call", epoch_call)):
+    for name, value in (("batch_ids", o.batch_ids), ("epoch_call", o.epoch_call)):
         if callable(value):
             _check_sendable(value, name)
     world = distributed.run_world(
-        collect, world_size, args=(make_loader, plan), timeout_s=timeout_s,
-        collective_timeout_s=collective_timeout_s, start_method=start_method, reuse=reuse,
-        preload_ddp=False,
+        collect, world_size, args=(make_loader, plan), timeout_s=o.timeout_s,
+        collective_timeout_s=o.collective_timeout_s, start_method=o.start_method,
+        reuse=o.warm_world, preload_ddp=False,
     )
     if not world.ok:
-        return failed_report(world_size, epochs, from_world(world, timeout_s), world=world,
-                             options=options)
-    return build_report(world.results, options=options, world=world, checks=checks)
+        return failed_report(world_size, o.epochs, from_world(world, o.timeout_s),
+                             world=world, options=judged)
+    return build_report(world.results, options=judged, world=world, checks=checks)
 
 
 def failed_report(world_size: int, epochs: int, failure: Failure | str, *, world=None,
