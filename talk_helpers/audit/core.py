@@ -1,30 +1,14 @@
 """Every check in one call: run a loader in every rank of a real world and audit what it yields.
 
 ``audit(make_loader, world_size=2)`` calls ``make_loader(rank, world_size, epoch)`` in
-each rank of a real gloo world (through :func:`talk_helpers.runtime.world.run_world`),
-iterates what it returns exactly as a training loop would, reads the sample ids of every
-batch (:mod:`talk_helpers.audit.sample_ids`: never guessed) and runs every check of
-:data:`talk_helpers.audit.checks.CHECKS` over what the ranks saw together:
-
-* **exactly once** — over the union of all ranks (and so of all their workers): no
-  duplicates, nothing missing, nothing unexpected, against ids declared as a count, a
-  range or a list (by default epoch 0's); ids dropped or repeated *by design* are named as
-  the trade-off they are (``"auto"``: the library's own rule); with ``with_replacement``,
-  coverage and balance instead;
-* **batches per rank** — equal on every rank, or DDP would block at the first step one
-  rank no longer takes;
-* **batch sizes** — when ``batch_size`` is given, partial or oversized batches;
-* **order** — whether each rank's order changes across epochs and how well the order a
-  training step sees is mixed (judged with ``shuffle=True``, ⚠ by default), at the level
-  the loader promises (``mixing="chunk:N"``);
-* **samples per worker** — for a DataLoader with workers (also inside the loaders built on
-  one), recorded inside the workers; a worker that reads nothing is flagged ⚠ idle.
-
-The :class:`~talk_helpers.audit.report.AuditReport` says ✔, ⚠ or ✘ with every problem in
-its headline, each finding first and the statistics behind it after, the usual cause of a
-finding and how the audit knows (``report.causes``); ``report.exit_status`` is what the
-command line exits with. A failed audit's report shows why; what a later cell reads from
-it raises :class:`~talk_helpers.audit.report.AuditFailed`.
+each rank of a real gloo world (:func:`talk_helpers.runtime.world.run_world`), iterates
+what it returns as a training loop would, reads the sample ids of every batch
+(:mod:`talk_helpers.audit.sample_ids`: never guessed) and runs every check of
+:data:`talk_helpers.audit.checks.CHECKS` (exactly once, batches per rank, batch sizes,
+order and mixing, samples per worker) over what the ranks saw together. The
+:class:`~talk_helpers.audit.report.AuditReport` says ✔, ⚠ or ✘ with every problem in its
+headline, and the cause of a finding where the evidence tells it; a failed audit's report
+shows why, and what a later cell reads from it raises ``AuditFailed``.
 """
 
 from __future__ import annotations
@@ -63,46 +47,29 @@ BYTES_PER_EXPECTED_ID = 24   # the exactly-once check's counts, masks and copies
 
 @dataclass(frozen=True)
 class AuditOptions:
-    """Everything :func:`audit` takes besides the loader and the world size; each may also
-    be passed to ``audit()`` as a keyword.
+    """Everything :func:`audit` takes besides the loader and the world size (or the same
+    names as keywords).
 
-    * ``epochs``: epochs to run (≥ 1).
-    * ``expected``: the samples one epoch should hold exactly once: an int N (ids 0..N-1;
-      with string ids or ``by_content``, N distinct samples), a range
-      (``range(10_000, 10_240)``) or a sequence of ids (integers or strings). None: the
-      distinct ids seen in epoch 0 (with ``steps``, each epoch's own).
-    * ``batch_size``: when given, also check that every batch holds this many samples.
-    * ``shuffle``: True: the loader is meant to shuffle, so an order that repeats across
-      epochs or is poorly mixed fails the audit. False: the order is not judged. None: the
-      order is reported, with ⚠ in the headline when it looks wrong.
-    * ``dropped_by_design`` / ``repeated_by_design``: ids a fix drops, or extra reads it
-      makes, on purpose per epoch: a count or the ids; ``"auto"``: what litdata drops
-      under DDP, or what mosaicml-streaming pads.
-    * ``ids``: where each batch holds its sample ids: a dict key, a tuple position or a
-      dotted path (``"idx"``, ``"0"``, ``"meta.id"``, ``"__key__"``); ints or strings.
-      ``by_content``: identify each sample by a stable hash of its content instead.
-      Without either only a 1-D integer batch or a dict with an ``"id"`` key is read; any
-      other batch ends the audit (``status == "usage"``) with its structure shown.
-      ``batch_ids``: a picklable ``batch -> ids`` for batches a path cannot describe.
-    * ``steps``: batches per rank per epoch, at most (for long and endless loaders).
-    * ``reuse_loader``: build each rank's loader once and iterate it every epoch, as a
-      training loop that builds it once does (default: once per epoch). ``epoch_call``:
-      with it, what the loop calls before each epoch, as a path on the loader
-      (``"sampler.set_epoch"``) or a picklable ``fn(loader, epoch)``; nothing unless named.
-    * ``in_process``: call ``make_loader`` for each rank in this process instead of a real
-      world: fast, for pure simulations that do not touch ``torch.distributed`` (errors
-      are raised, not reported).
-    * ``timeout_s``: deadline for the whole world; ``collective_timeout_s``: gloo's, for
-      loaders that use collectives; ``start_method`` and ``warm_world`` (False: ranks
-      started for this audit alone, None: the notebook's warm world) go to
-      :func:`talk_helpers.runtime.world.run_world`.
-    * ``checks``: the checks to run (default :data:`talk_helpers.audit.checks.CHECKS`).
-    * ``with_replacement``: the loader draws with replacement (``WeightedRandomSampler``,
-      resampled shards): judge coverage and balance, not exactly once.
-    * ``mixing``: the level mixing is judged at: ``"sample"``, or ``"chunk:N"`` for a
-      loader that shuffles chunks of N consecutive ids (litdata, mosaicml-streaming).
-    * ``hold_back``: the report holds its causes back (``report.causes`` keeps them), for
-      an exercise that asks for them.
+    * ``expected``: what one epoch holds exactly once: an int N (ids 0..N-1; with string
+      ids or ``by_content``, N distinct samples), a range or a sequence of ids. None: the
+      distinct ids of epoch 0 (with ``steps``, each epoch's own).
+    * ``shuffle``: True fails an order that repeats or mixes poorly, None warns, False
+      does not judge it. ``mixing``: ``"sample"``, or ``"chunk:N"`` for a loader that
+      shuffles chunks of N consecutive ids.
+    * ``dropped_by_design`` / ``repeated_by_design``: drops or extra reads per epoch a
+      fix makes on purpose, a count or the ids (``"auto"``: litdata's drop,
+      mosaicml-streaming's padding). ``with_replacement``: judge coverage and balance.
+    * ``ids``: where a batch holds its ids (``"idx"``, ``"0"``, ``"meta.id"``);
+      ``by_content``: a hash of each sample instead; ``batch_ids``: a picklable
+      ``batch -> ids``. Otherwise only 1-D integer batches or dicts with ``"id"``.
+    * ``steps``: batches per rank per epoch, at most. ``reuse_loader``: build each rank's
+      loader once, and call ``epoch_call`` (``"sampler.set_epoch"`` or ``fn(loader,
+      epoch)``) before each epoch.
+    * ``in_process``: every rank in this process, no world (pure simulations).
+      ``timeout_s``, ``collective_timeout_s``, ``start_method`` and ``warm_world``
+      (False: ranks for this audit alone) go to the world.
+    * ``checks``: default :data:`talk_helpers.audit.checks.CHECKS`. ``hold_back``: the
+      report holds its causes back for an exercise (``report.causes`` keeps them).
     """
 
     epochs: int = 2
@@ -160,7 +127,9 @@ def audit(make_loader: Callable, *, world_size: int, options: AuditOptions | Non
             raise TypeError(f"epoch_call must be an attribute path such as "
                             f"'sampler.set_epoch' or a callable fn(loader, epoch), "
                             f"got {o.epoch_call!r}")
-    judged = Options(expected=_expected_value(o.expected), batch_size=o.batch_size,
+    # ids listed as a tuple are kept in their order (string ids: the storage order)
+    expected = list(o.expected) if isinstance(o.expected, tuple) else o.expected
+    judged = Options(expected=expected, batch_size=o.batch_size,
                      shuffle=o.shuffle, dropped_by_design=o.dropped_by_design,
                      repeated_by_design=o.repeated_by_design, steps=o.steps,
                      ids=reader.label, counted=reader.counted,
@@ -172,7 +141,7 @@ def audit(make_loader: Callable, *, world_size: int, options: AuditOptions | Non
                 epoch_call=o.epoch_call, checks=checks)
 
     if o.in_process:
-        ranks = [collect(rank, world_size, make_loader, plan, publish=_ignore)
+        ranks = [collect(rank, world_size, make_loader, plan, publish=lambda _: None)
                  for rank in range(world_size)]
         return build_report(ranks, options=judged, checks=checks)
     _check_sendable(make_loader, "make_loader")
@@ -222,14 +191,6 @@ def build_report(per_rank: list, *, options: Options | None = None, world=None,
         verdict.column = verdict.column or check.column
     return AuditReport(world_size=len(ranks), n_epochs=epochs, options=options, run=run,
                        results=results, world=world)
-
-
-def _expected_value(expected):
-    """Strings and numbers listed as ``expected`` kept as a list, in their order (for string
-    ids, the storage order the mixing is judged in)."""
-    if isinstance(expected, tuple):
-        return list(expected)
-    return expected
 
 
 def validate_options(options: Options) -> None:
@@ -295,10 +256,6 @@ def _bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} PB"
-
-
-def _ignore(_text: str) -> None:
-    pass
 
 
 def _check_sendable(obj, name: str) -> None:

@@ -76,15 +76,8 @@ class EpochAudit:
         return [(r, w) for r, counts in enumerate(self.worker_samples) if counts
                 for w, n in enumerate(counts) if n == 0]
 
-    @property
-    def workers_known(self) -> bool:
-        return bool(self.worker_samples) and all(c is not None for c in self.worker_samples)
-
     def design_note(self) -> str:
         return self.once.design_note()
-
-    def once_line(self) -> str:
-        return self.once.line()
 
 
 class AuditReport:
@@ -322,11 +315,11 @@ class AuditReport:
         """The usual cause of each finding that has one, and how the audit knows."""
         return [c for v in self.results.values() for c in v.causes]
 
-    def _causes_shown(self) -> list:
-        """The causes, or one line saying they are held back (``hold_back``)."""
+    def _cause_entries(self) -> list[str]:
+        """Each cause's lines, or one saying they are held back (``hold_back``)."""
         if self.options.hold_back and self.causes:
-            return [_HELD]
-        return self.causes
+            return ["· held back until you answer: the exercise's grader shows it"]
+        return ["\n".join(c.lines()) for c in self.causes]
 
     def _lines(self) -> list[tuple[str, str]]:
         """(label, entry) pairs; an entry starts with ✔/⚠/✘ where it is a verdict, and its
@@ -338,7 +331,7 @@ class AuditReport:
             for i, entry in enumerate(self._epoch_lines(e)):
                 rows.append((f"epoch {e}" if i == 0 else "", entry))
         rows += [row for v in self.results.values() for row in v.rows]
-        rows += [("cause", "\n".join(c.lines())) for c in self._causes_shown()]
+        rows += [("cause", entry) for entry in self._cause_entries()]
         rows += [("", note) for v in self.results.values() for note in v.footnotes]
         return rows
 
@@ -383,23 +376,11 @@ class AuditReport:
             first, *rest = text.split("\n")
             parts.append(f"<div style='color:{colour_of(first)}'>{html.escape(first)}</div>")
             behind += [small_html(line) for line in rest]
-        behind += [_line_html(_labelled("cause", "\n".join(c.lines())))
-                   for c in self._causes_shown()]
+        behind += [_line_html(_labelled("cause", entry)) for entry in self._cause_entries()]
         behind += [_line_html(note.removeprefix("· ")) for v in self.results.values()
                    for note in v.footnotes]
         summary = "cause and statistics" if self.causes else "statistics"
         return "".join(parts) + folded_html("".join(behind), summary) + "</div>"
-
-
-class _Held:
-    """What stands for the causes an exercise holds back."""
-
-    @staticmethod
-    def lines() -> list[str]:
-        return ["· held back until you answer: the exercise's grader shows it"]
-
-
-_HELD = _Held()
 
 
 def _line_html(entry: str) -> str:

@@ -35,13 +35,11 @@ scatter the same-label pair count: its exact mean and variance, and a chi-square
 
 * **poorly mixed** (✘) when some score is below :data:`GOOD_MIXING` *and* its pairs share
   labels more often than a uniform shuffle does with probability :data:`MIXING_ALPHA`,
-  divided among all the scores compared (Bonferroni), so a uniform shuffle is called
-  poorly mixed less than once in 500 reports whatever their size;
+  divided among all the scores compared (Bonferroni);
 * **mixing unproven: too few samples to tell** (⚠, not ✔) when, at these sizes, even a
   loader scoring :data:`POOR_MIXING` would usually pass: a question of sizes alone, never
   of chance, so a size either always or never reads "unproven";
-* **well mixed** (✔) otherwise. At small sizes a uniform shuffle's score scatters widely:
-  the report prints that spread ("uniform shuffle ≈ 1 ± 0.17 at this size").
+* **well mixed** (✔) otherwise, with the spread of a uniform shuffle's score printed.
 
 The order is judged the same way: **order repeats** when at least :data:`STALE_ORDER` of
 the positions hold the same sample in consecutive epochs, **epochs keep a similar order**
@@ -50,13 +48,11 @@ with probability :data:`ORDER_ALPHA` (divided among the sequences compared). A n
 correlation is no similar order and is not judged. Every line of a report is rendered
 from these findings, so no two lines disagree.
 
-What a training step sees is each rank's micro-batch, and the global step (all ranks'
-micro-batches of one step together). :func:`step_report` scores both and its verdict is
-the worst of them: a rank whose micro-batches come from one shard is poorly mixed even
-when the interleaved global order looks uniform. :func:`effective_groups` gives the mean
-inverse Simpson index of the labels in each micro-batch ("effective shards per
-micro-batch": 1 when every micro-batch comes from one shard, about 5.8 for a uniform draw
-of 8 from 16 equal shards).
+:func:`step_report` scores each rank's micro-batches and the global step (all ranks'
+micro-batches of one step together) and takes the worst: a rank whose micro-batches come
+from one shard is poorly mixed even when the global order looks uniform.
+:func:`effective_groups` gives the mean inverse Simpson index of the labels in each batch
+(1 when every batch comes from one shard).
 
 Everything is computed with numpy on whole epochs at once, in time linear in the samples.
 """
@@ -538,45 +534,12 @@ def score_line(mixing: float, chance: float | None) -> str:
     return text
 
 
-class _MixingVerdict:
-    """What every mixing report shares: the verdict read from ``mixing``, ``poor`` and
-    ``unproven``, and the plain and HTML reprs built from ``_lines()``."""
-
-    @property
-    def well_mixed(self) -> bool:
-        """Measured, not worse than a uniform shuffle beyond chance, at a size that would
-        have caught a poor one."""
-        return bool(math.isfinite(self.mixing) and not self.poor and not self.unproven)
-
-    @property
-    def too_few_samples(self) -> bool:
-        """Not poorly mixed, but at these sizes a poorly mixed loader would pass too."""
-        return bool(math.isfinite(self.mixing) and not self.poor and self.unproven)
-
-    def _mixing_text(self) -> str:
-        return mixing_finding(self.mixing, self.poor, self.unproven, self.chance)
-
-    def __repr__(self) -> str:
-        return "\n".join(self._lines())
-
-    @property
-    def headline(self) -> str:
-        """The first line: the mark and the finding."""
-        return self._lines()[0]
-
-    def _repr_html_(self) -> str:
-        first, *rest = self._lines()
-        number = f"mixing score {self.mixing:.2f}" if math.isfinite(self.mixing) else ""
-        return verdict_html(first[:1], " · ".join(filter(None, [first[2:], number])),
-                            statistics=rest)
-
-
 ORDER_TEXT = {None: "order changes every epoch", "repeats": "order repeats across epochs",
                "similar": "epochs keep a similar order"}
 ORDER_PROBLEM = {None: None, "repeats": "order repeats",
                   "similar": "similar order across epochs"}
 LATER_EPOCHS = {"repeats": "later epochs repeat its order",
-          "similar": "later epochs keep a similar order"}
+                "similar": "later epochs keep a similar order"}
 
 
 def order_line(unchanged: float, rho: float) -> str:
@@ -587,7 +550,7 @@ def order_line(unchanged: float, rho: float) -> str:
 
 
 @dataclass(repr=False)  # the report reads as its verdict
-class ShuffleReport(_MixingVerdict):
+class ShuffleReport:
     """What :func:`shuffle_report` or :func:`step_report` measured; ``ok`` is the verdict.
 
     ``mixing`` is the judged score, pooled over the epochs judged: the worst of each
@@ -644,6 +607,34 @@ class ShuffleReport(_MixingVerdict):
     def ok(self) -> bool:
         return self.order_changes and self.well_mixed
 
+    @property
+    def well_mixed(self) -> bool:
+        """Measured, not worse than a uniform shuffle beyond chance, at a size that would
+        have caught a poor one."""
+        return bool(math.isfinite(self.mixing) and not self.poor and not self.unproven)
+
+    @property
+    def too_few_samples(self) -> bool:
+        """Not poorly mixed, but at these sizes a poorly mixed loader would pass too."""
+        return bool(math.isfinite(self.mixing) and not self.poor and self.unproven)
+
+    def _mixing_text(self) -> str:
+        return mixing_finding(self.mixing, self.poor, self.unproven, self.chance)
+
+    def __repr__(self) -> str:
+        return "\n".join(self._lines())
+
+    @property
+    def headline(self) -> str:
+        """The first line: the mark and the finding."""
+        return self._lines()[0]
+
+    def _repr_html_(self) -> str:
+        first, *rest = self._lines()
+        number = f"mixing score {self.mixing:.2f}" if math.isfinite(self.mixing) else ""
+        return verdict_html(first[:1], " · ".join(filter(None, [first[2:], number])),
+                            statistics=rest)
+
     def _lines(self) -> list[str]:
         mark = "✔" if self.ok else "✘"
         order, mixing = ORDER_TEXT[self.order_finding], self._mixing_text()
@@ -673,10 +664,12 @@ class ShuffleReport(_MixingVerdict):
                      f"storage order, the lowest score counts ({shown})")
         if self.rank_scores is None:
             return [f"  {basis}"]
-        ranks = ", ".join(f"{s:.2f}" for s in self.rank_scores)
+        ranks = ", ".join(f"{s:.2f}" if math.isfinite(s) else "no score"
+                          for s in self.rank_scores)
         lines = [f"  {basis}",
                  f"  each rank's micro-batches score {ranks}; all ranks' micro-batches of "
-                 f"one step together ({self.world_size} ranks) {self.step_score:.2f}"]
+                 f"one step together ({self.world_size} rank{'s' * (self.world_size > 1)}) "
+                 f"{self.step_score:.2f}"]
         if self.rank_effective is not None:
             eff = ", ".join(f"{e:.1f}" for e in self.rank_effective)
             lines.append(f"  groups a micro-batch effectively holds, per rank: {eff}")
@@ -698,9 +691,7 @@ def shuffle_report(epoch_orders, groups=None, batch_size: int | None = None, *,
     if isinstance(epoch_orders, (str, bytes)) or not hasattr(epoch_orders, "__len__"):
         raise TypeError("epoch_orders must be a sequence of epochs, each a sequence of "
                         "sample ids")
-    if hasattr(epoch_orders, "detach") and epoch_orders.ndim == 2:
-        epoch_orders = list(epoch_orders)
-    if isinstance(epoch_orders, np.ndarray) and epoch_orders.ndim == 2:
+    if getattr(epoch_orders, "ndim", None) == 2:   # a numpy array or a torch tensor
         epoch_orders = list(epoch_orders)
     if len(epoch_orders) and np.ndim(epoch_orders[0]) == 0:
         raise ValueError("epoch_orders must be a sequence of epochs (at least 2 epochs to "

@@ -426,24 +426,16 @@ def _common_factor(run: AuditRun) -> tuple[int, int, int] | None:
     residue mod the world size, each worker's one residue mod its rank's workers, and the
     idle workers are exactly those whose residue differs from their rank's mod the common
     factor; else None."""
-    ranks = run.world_size
-    for e in range(run.n_epochs):
-        for seen in run.epoch(e):
-            workers = _worker_ids(seen)
-            k = seen.num_workers or 0
-            g = math.gcd(ranks, k)
-            if workers is None or g < 2 or run.counted or not seen.ids.size:
+    for seen in (s for e in range(run.n_epochs) for s in run.epoch(e)):
+        workers, k = _worker_ids(seen), seen.num_workers or 0
+        g = math.gcd(run.world_size, k)
+        residue = np.unique(seen.ids.astype(np.int64) % run.world_size)
+        if workers is None or g < 2 or run.counted or residue.size != 1:
+            return None
+        for w in range(k):
+            mine = seen.ids[workers == w].astype(np.int64)
+            # idle exactly where the residues cannot meet; one residue mod k where it reads
+            if (not mine.size) == (int(residue[0]) % g == w % g) or np.unique(mine % k).size > 1:
                 return None
-            ids = seen.ids.astype(np.int64)
-            rank_residue = np.unique(ids % ranks)
-            if rank_residue.size != 1:
-                return None
-            for w in range(k):
-                mine = ids[workers == w]
-                fits = int(rank_residue[0]) % g == w % g
-                if (not mine.size) == fits:   # idle where it fits, or reads where it cannot
-                    return None
-                if mine.size and np.unique(mine % k).size != 1:
-                    return None
     k = run.epoch(0)[0].num_workers
-    return ranks, k, math.gcd(ranks, k)
+    return run.world_size, k, math.gcd(run.world_size, k)

@@ -8,18 +8,14 @@ the mixing score.
 
 **The order** repeats when a rank reads an epoch exactly as the one before, or when most
 positions keep their sample beyond chance; it is similar when the rank correlation between
-epochs is high beyond chance (:func:`talk_helpers.checks.mixing.order_across`). When it
-repeats, the audit says the usual cause, and how it knows: the epoch a
-``DistributedSampler`` (``torch/utils/data/distributed.py``, ``set_epoch`` sets
-``self.epoch``), a litdata dataset (``current_epoch``) or an HF iterable dataset
-(``_epoch``) held at the start of every epoch, read in each rank.
+epochs is high beyond chance (:func:`talk_helpers.checks.mixing.order_across`). Its cause
+reads what each rank's loader held after each epoch (:class:`EpochSeen`).
 
 **The mixing** is scored on samples in storage order: integer ids as they are; string ids
 in their natural sort order (``doc-2`` before ``doc-10``), or in the order of the ids the
 user listed (``--ids-file``), and the report says which; never for contents. It looks at
 :data:`MIXING_SAMPLES` samples per epoch at most: whole steps, evenly spaced, at the same
-positions in every epoch. When the order repeats, epoch 0 alone is judged (later epochs
-are no new draws). An order that repeats and batches of storage neighbours are one
+positions in every epoch. An order that repeats and batches of storage neighbours are one
 finding: "not shuffled".
 
 ``mixing="chunk:N"`` judges a chunk-level shuffle at its level: ids in chunks of ``N``
@@ -29,7 +25,6 @@ about the square root of their number, scored like micro-batches.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import NamedTuple
 
@@ -39,7 +34,6 @@ from talk_helpers.audit.checks.base import AuditRun, Check, Recorder, Verdict
 from talk_helpers.audit.checks.causes import order_causes
 from talk_helpers.checks import step_report
 from talk_helpers.checks.mixing import (
-    LATER_EPOCHS,
     ORDER_PROBLEM,
     ORDER_TEXT,
     POOR_MIXING,
@@ -47,7 +41,6 @@ from talk_helpers.checks.mixing import (
     mixing_finding,
     order_across,
     order_line,
-    score_line,
     spearman,
 )
 
@@ -235,20 +228,13 @@ class OrderDetail:
             head = f"· {text}"
         else:
             head = f"{good} {text}"
-        lines = [head, score_line(s.mixing, s.chance)]
-        if self.finding is not None:
-            lines.append(f"judged on epoch 0 alone: {LATER_EPOCHS[self.finding]}, so they are no "
-                         "new draws")
-        ranks = ", ".join(f"{v:.2f}" if math.isfinite(v) else "no score" for v in s.rank_scores)
+        # the mixing report's own statistics (its order line is the order row's)
+        stats = [line.strip() for line in repr(s).splitlines()[1:]
+                 if not line.strip().startswith("between epochs")]
         if self.level != "sample":
-            lines.append(f"judged at the level of {self.level}: each rank's chunks in the order "
-                         "it first reads them, in windows")
-        lines.append(f"each rank's batches score {ranks}; all ranks' batches of one step "
-                     f"together {s.step_score:.2f}")
-        lines.append("scored on storage blocks: the ids cut into runs of neighbours in "
-                     "storage order, the lowest score counts")
-        if self.note:
-            lines.append(self.note)
+            stats.insert(1, f"judged at the level of {self.level}: each rank's chunks in the "
+                            "order it first reads them, in windows")
+        lines = [head, *stats, *([self.note] if self.note else [])]
         return "\n".join(lines)
 
 
@@ -438,20 +424,11 @@ def epoch_seen(loader):
         target = loader
         for part in path.split("."):
             target = getattr(target, part, None)
-            if target is None:
-                break
-        if target is None:
-            continue
         try:
             value = int(target)
         except (TypeError, ValueError):
             continue
-        where = {"sampler.epoch": "the sampler's epoch (sampler.epoch)",
-                 "batch_sampler.sampler.epoch": "the sampler's epoch "
-                                                "(batch_sampler.sampler.epoch)",
-                 "current_epoch": "the loader's epoch (loader.current_epoch)",
-                 "dataset.current_epoch": "the dataset's epoch (dataset.current_epoch)",
-                 "dataset._epoch": "the dataset's epoch (dataset._epoch)",
-                 "epoch": "the loader's epoch (loader.epoch)"}[path]
-        return where, value
+        owner = "sampler" if "sampler" in path else path.split(".")[0] if "." in path \
+            else "loader"
+        return f"the {owner}'s epoch ({'loader.' * (owner == 'loader')}{path})", value
     return None
