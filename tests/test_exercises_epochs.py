@@ -192,3 +192,14 @@ def test_each_wrong_choice_about_an_unseeded_generator_gets_its_own_hint():
     assert grade_unseeded_generator("c").ok
     hints = {grade_unseeded_generator(a).hint for a in ("a", "b")}
     assert len(hints) == 2 and all(hints)
+
+
+def test_a_subclass_of_the_notebooks_shared_epoch_dataset_is_graded_not_taken_for_a_stub():
+    from notebook_code import importable_names
+
+    from talk_helpers.notebook import cells
+
+    namespace = importable_names("04", upto="c16")
+    cells.define("class MyEpochIds(SharedEpochIds):\n    pass\n", namespace)
+    grade = grade_epochs(namespace["MyEpochIds"])
+    assert grade.ok, grade

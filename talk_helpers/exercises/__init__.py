@@ -14,6 +14,7 @@ its exercise has been attempted (:mod:`talk_helpers.notebook.solutions`).
 from __future__ import annotations
 
 import ast
+import contextlib
 import html
 import inspect
 import textwrap
@@ -122,12 +123,12 @@ class GradeFailure(Exception):
 
 def is_stub(value: Any) -> bool:
     """Whether ``value`` is what a stub holds before the learner edits it: ``None``,
-    ``...``, or a function (a class: its ``__iter__``) whose body is only ``...`` or
-    ``pass`` (and a docstring)."""
+    ``...``, or a function (a class: the ``__iter__`` it has, its own or inherited) whose
+    body is only ``...`` or ``pass`` (and a docstring)."""
     if value is None or value is Ellipsis:
         return True
     if isinstance(value, type):
-        value = vars(value).get("__iter__", value)
+        value = next((vars(k)["__iter__"] for k in value.__mro__ if "__iter__" in vars(k)), value)
     try:
         source = textwrap.dedent(inspect.getsource(value))
         node = ast.parse(source).body[0]
@@ -161,11 +162,16 @@ def choice(exercise: str, answer: Any, *, options: Sequence, correct: Any,
     return not_yet(exercise, f"{answer!r} is not it", (hints or {}).get(answer))
 
 
-def attempt(exercise: str, run: Callable[[], Grade], *, hint: str | None = None) -> Grade:
+def attempt(exercise: str, run: Callable[[], Grade], *, hint: str | None = None,
+            waits_for: str | None = None) -> Grade:
     """``run()``, or the grade a :class:`GradeFailure` carries, or *not yet* naming the
-    exception if the learner's code raised."""
+    exception if the learner's code raised. ``waits_for`` ("reading your loader's 2
+    workers"): what to say, while ``run()`` runs, that the grader waits for."""
+    from talk_helpers.exercises.start_up import announce
+
     try:
-        return run()
+        with announce(exercise, waits_for) if waits_for else contextlib.nullcontext():
+            return run()
     except GradeFailure as failure:
         return failure.grade
     except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything

@@ -34,6 +34,7 @@ from talk_helpers.exercises.loading import (
     shared_streams,
     stop_workers,
 )
+from talk_helpers.exercises.start_up import announce
 
 __all__ = ["SIZE", "grade_epochs", "grade_unseeded_generator", "grade_worker_seed"]
 
@@ -97,7 +98,8 @@ def grade_worker_seed(answer) -> Grade:
         return not_yet(exercise, f"worker_1_seed must be an int, got {answer!r}")
     loader = DataLoader(_WorkerSeed(), batch_size=None, num_workers=WORKERS,
                         generator=torch.Generator().manual_seed(42))
-    seeds = dict(list(loader))
+    with announce(exercise, f"asking {WORKERS} real workers for their seeds"):
+        seeds = dict(list(loader))
     if int(answer) == seeds[1]:
         return passes(exercise, f"worker 1 got {seeds[1]}")
     if int(answer) == seeds[0]:

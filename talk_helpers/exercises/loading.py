@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +30,7 @@ from torch.utils.data._utils.collate import default_collate
 from talk_helpers.exercises import GradeFailure, not_yet
 from talk_helpers.exercises.start_up import (
     START_FLOOR_S,
+    announce,
     late_stall,
     late_start,
     note_start,
@@ -94,26 +96,30 @@ def read_loader(exercise: str, loader: DataLoader, *, where: str, max_batches: i
     batches, records = [], []
     iterator, finished = None, False
     try:
-        begun = time.time()
-        iterator = iter(loader)
-        last = time.monotonic()
-        while True:
-            try:
-                recorded = next(iterator)
-            except StopIteration:
-                break
-            except RuntimeError as exc:
-                if started is None or not _timed_out(exc):
-                    raise
-                _check_patience(exercise, started, begun, last, method, where)
-                continue
+        waiting = (announce(exercise, f"{where}: waiting for {loader.num_workers} {method} "
+                                      "workers to start and read your dataset")
+                   if loader.num_workers else nullcontext())
+        with waiting:
+            begun = time.time()
+            iterator = iter(loader)
             last = time.monotonic()
-            records.append(recorded[0])
-            batches.append(recorded[1])
-            if len(batches) > max_batches:
-                raise GradeFailure(not_yet(exercise, f"{where}, your dataset yielded more "
-                                                     f"than {max_batches} batches",
-                                           endless_hint))
+            while True:
+                try:
+                    recorded = next(iterator)
+                except StopIteration:
+                    break
+                except RuntimeError as exc:
+                    if started is None or not _timed_out(exc):
+                        raise
+                    _check_patience(exercise, started, begun, last, method, where)
+                    continue
+                last = time.monotonic()
+                records.append(recorded[0])
+                batches.append(recorded[1])
+                if len(batches) > max_batches:
+                    raise GradeFailure(not_yet(exercise, f"{where}, your dataset yielded more "
+                                                         f"than {max_batches} batches",
+                                               endless_hint))
         finished = True
     except GradeFailure as failure:
         if failure.grade.late:  # workers that did not answer are not waited on again

@@ -22,7 +22,6 @@ import numpy as np
 from torch.utils.data import DataLoader, DistributedSampler
 
 from talk_helpers.arguments import require_int
-from talk_helpers.audit import audit
 from talk_helpers.audit.core import build_report
 from talk_helpers.checks import check_exactly_once, ids_of
 from talk_helpers.exercises import (
@@ -156,11 +155,9 @@ def grade_whole_dataset(make_loader: Callable, *, size: int, equal_by: str | Non
         if any(is_stub(type(getattr(loader, "dataset", None))) for loader in loaders):
             return not_tried(WHOLE, "write MyDataset's __iter__, run its cell, then this one")
         _read_in_this_process(loaders, size)
-        deadline = audit_deadline_s() if timeout_s is None else timeout_s
-        report = audit(make_loader, world_size=WORLD_SIZE, epochs=EPOCHS, expected=size,
-                       shuffle=True, timeout_s=deadline)
-        if report.failure is not None and report.failure.kind == "hung":
-            return start_up.late_audit(WHOLE, report.failure, deadline, WORLD_SIZE)
+        report = start_up.audited(WHOLE, make_loader, world_size=WORLD_SIZE,
+                                  workers=NUM_WORKERS, epochs=EPOCHS, timeout_s=timeout_s,
+                                  expected=size, shuffle=True)
         if report.error is not None:
             return not_yet(WHOLE, report.error.replace("the audit could not finish: ", ""),
                            _error_hint(report.error))
@@ -360,11 +357,15 @@ def _same_share_every_epoch(report) -> str | None:
 
 
 def _asks_torch_distributed(cls: type) -> bool:
-    try:
-        source = inspect.getsource(cls)
-    except (OSError, TypeError):
-        return False
-    return "get_rank" in source or "get_world_size" in source
+    """Whether ``cls`` or a class it inherits from asks torch.distributed for the rank."""
+    for klass in cls.__mro__:
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        if "get_rank" in source or "get_world_size" in source:
+            return True
+    return False
 
 
 def _error_hint(text: str) -> str | None:

@@ -16,7 +16,8 @@ after ``START_FLOOR_S``, one interpreter that imports torch is timed, once per p
 grader sees raises it.
 
 When even that runs out, the grade is *not graded* (:func:`late_start`): how long the
-processes took and to run the grader again, never "your code raised".
+processes took and to run the grader again, never "your code raised". Meanwhile the grader
+says what it waits for (:func:`announce`).
 """
 
 from __future__ import annotations
@@ -24,16 +25,20 @@ from __future__ import annotations
 import math
 import os
 import subprocess
+import sys
 import threading
 import time
+from contextlib import contextmanager
 
 import torch.multiprocessing as mp
 
-from talk_helpers.exercises import Grade, not_graded
+from talk_helpers.exercises import Grade, GradeFailure, not_graded
+from talk_helpers.progress import _in_notebook as in_notebook
 from talk_helpers.runtime.start_cost import interpreter_start_s
 from talk_helpers.runtime.start_method import requested_start_method
 
-__all__ = ["START_FACTOR", "START_FLOOR_S", "STALL_FLOOR_S", "audit_deadline_s", "late_audit",
+__all__ = ["START_FACTOR", "START_FLOOR_S", "STALL_FLOOR_S", "announce", "audit_deadline_s",
+           "audited", "late_audit",
            "late_start", "late_stall",
            "note_start", "start_allowance_s", "start_cost_s", "start_method", "stall_allowance_s"]
 
@@ -91,6 +96,26 @@ def stall_allowance_s(method: str) -> float:
     return STALL_FLOOR_S + START_FACTOR * max(known, _seen.get(method, 0.0), FORK_COST_S)
 
 
+@contextmanager
+def announce(exercise: str, what: str):
+    """Say that the grader is running and what it waits for (``what``: "starting 3 spawn
+    workers"), until its verdict: a line on stderr; in a notebook, a display emptied at
+    the end, so that stored outputs hold no trace of it under any start method."""
+    line = f"⏳ exercise {exercise}: {what}…"
+    if not in_notebook():
+        print(line, file=sys.stderr, flush=True)
+        yield
+        return
+    from IPython.display import display
+
+    handle = display({}, raw=True, display_id=True)
+    handle.update({"text/plain": line}, raw=True)
+    try:
+        yield
+    finally:
+        handle.update({}, raw=True)
+
+
 def audit_deadline_s(world_size: int, workers: int, epochs: int) -> float:
     """How long a grader's audit may take here: ``world_size`` ranks that each start
     ``workers`` workers per epoch for ``epochs`` epochs, at what starting a process costs
@@ -98,6 +123,24 @@ def audit_deadline_s(world_size: int, workers: int, epochs: int) -> float:
     method = requested_start_method() or mp.get_start_method()
     starts = world_size * (1 + workers * epochs)
     return START_FLOOR_S + start_allowance_s(method, starts, wait=True)
+
+
+def audited(exercise: str, make_loader, *, world_size: int, workers: int, epochs: int,
+            timeout_s: float | None = None, **options):
+    """The audit of ``make_loader`` in a real world, announced while it runs, within
+    ``timeout_s`` (default :func:`audit_deadline_s`). Raises :class:`GradeFailure` with
+    *not graded* when its ranks do not finish in time."""
+    from talk_helpers.audit import audit
+
+    with announce(exercise, f"auditing your loader in a world of {world_size} ranks × "
+                            f"{workers} workers: waiting for its processes to start and read"):
+        deadline = timeout_s or audit_deadline_s(world_size=world_size, workers=workers,
+                                                 epochs=epochs)
+        report = audit(make_loader, world_size=world_size, epochs=epochs, timeout_s=deadline,
+                       **options)
+    if report.failure is not None and report.failure.kind == "hung":
+        raise GradeFailure(late_audit(exercise, report.failure, deadline, world_size))
+    return report
 
 
 def late_audit(exercise: str, failure, deadline_s: float, world_size: int) -> Grade:

@@ -9,14 +9,19 @@ and :func:`exactly_once_over_workers` are what the later graders of the thread r
 
 from __future__ import annotations
 
+import copy
+import random
 from collections.abc import Callable, Sequence
 
+import numpy as np
+import torch
 from torch.utils.data import DataLoader
 
 from talk_helpers.checks import check_exactly_once, ids_of
 from talk_helpers.exercises import (
     Grade,
     GradeFailure,
+    attempt,
     choice,
     is_stub,
     not_tried,
@@ -24,6 +29,7 @@ from talk_helpers.exercises import (
     passes,
 )
 from talk_helpers.exercises.loading import error_line, read_loader, recording_loader
+from talk_helpers.exercises.start_up import announce
 
 __all__ = [
     "WORKER_COUNTS", "GradeFailure", "checked_class", "exactly_once_over_workers",
@@ -201,26 +207,48 @@ def grade_index_batches(my_batches) -> Grade:
 
 
 def grade_seeded_shuffle(loader) -> Grade:
-    """Exercise 01.2: a loader over 12 ids, batches of 4, every id once, shuffled, in an
-    order fixed by a seeded generator."""
+    """Exercise 01.2: a loader over 12 ids, batches of 4, every id once, shuffled, in the
+    same order whatever ran before: two copies of it, read after two different seeds of
+    the global generators, must agree (however the learner seeded it)."""
     exercise = "01.2"
     if loader is None:
         return not_tried(exercise, "set loader to your DataLoader")
     if not isinstance(loader, DataLoader):
         raise TypeError(f"loader must be a DataLoader, got {type(loader).__name__}")
-    ids = [i for batch in loader for i in ids_of(batch).tolist()]
-    report = check_exactly_once(ids, 12)
-    if not report.ok:
-        return not_yet(exercise, f"not every id exactly once: {report!r}",
-                       "build the loader over MapStyleIds(12)")
-    if ids == sorted(ids):
-        return not_yet(exercise, "every id exactly once, but in storage order",
-                       "which DataLoader argument swaps the sampler for a random one?")
-    if loader.generator is None:
-        return not_yet(exercise, "shuffled, but from the global torch RNG: the order changes "
-                                 "with whatever ran before",
-                       "DataLoader can take its own torch.Generator: seed one")
-    return passes(exercise, "every id once, shuffled, from a seeded generator")
+
+    def run() -> Grade:
+        first, second = (_order_after_global_seed(loader, seed) for seed in (1, 2))
+        report = check_exactly_once(first, 12)
+        if not report.ok:
+            return not_yet(exercise, f"not every id exactly once: {report!r}",
+                           "build the loader over MapStyleIds(12)")
+        if first == sorted(first):
+            return not_yet(exercise, "every id exactly once, but in storage order",
+                           "which DataLoader argument swaps the sampler for a random one?")
+        if first != second:
+            return not_yet(exercise, "shuffled, but from a global random generator: the order "
+                                     "changes with whatever ran before",
+                           "DataLoader can take its own torch.Generator: seed one")
+        return passes(exercise, "every id once, shuffled, in the same order whatever ran before")
+
+    return attempt(exercise, run)
+
+
+def _order_after_global_seed(loader: DataLoader, seed: int) -> list[int]:
+    """The ids a copy of ``loader`` (and of its generators) yields once the global
+    generators are seeded with ``seed``; the caller's global generators are left as they
+    were."""
+    states = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.default_generator.manual_seed(seed)
+        try:
+            copied = copy.deepcopy(loader, {id(getattr(loader, "_iterator", None)): None})
+            return [i for batch in copied for i in ids_of(batch).tolist()]
+        finally:
+            random.setstate(states[0])
+            np.random.set_state(states[1])
 
 
 def grade_batch_worker(my_worker) -> Grade:
@@ -231,7 +259,8 @@ def grade_batch_worker(my_worker) -> Grade:
         return not_tried(exercise, "set my_worker to 0, 1 or 2")
     from talk_helpers.lessons.trace import run_loader
 
-    actual = run_loader(range(12), batch_size=2, num_workers=3).batches[4].worker
+    with announce(exercise, "asking a real DataLoader with 3 workers"):
+        actual = run_loader(range(12), batch_size=2, num_workers=3).batches[4].worker
     return choice(exercise, my_worker, options=(0, 1, 2), correct=actual,
                   hints={w: "the main process hands tasks out in turn, one per worker, and "
                             "batch k comes from task k" for w in (0, 1, 2)},
@@ -241,11 +270,12 @@ def grade_batch_worker(my_worker) -> Grade:
 # --- 02: predictions and a diagnosis -----------------------------------------------------
 
 
-def _worker_batches(streams, batch_size, **kwargs) -> list:
+def _worker_batches(exercise: str, streams, batch_size, **kwargs) -> list:
     from talk_helpers.lessons.datasets.basics import WorkerStreams
 
-    return list(DataLoader(WorkerStreams(streams), batch_size=batch_size,
-                           num_workers=len(streams), **kwargs))
+    with announce(exercise, f"asking a real DataLoader with {len(streams)} workers"):
+        return list(DataLoader(WorkerStreams(streams), batch_size=batch_size,
+                               num_workers=len(streams), **kwargs))
 
 
 def grade_batch_count(my_count) -> Grade:
@@ -254,7 +284,7 @@ def grade_batch_count(my_count) -> Grade:
     exercise = "02.1"
     if my_count is None:
         return not_tried(exercise, "set my_count to your prediction, an int")
-    actual = len(_worker_batches([range(30)] * 2, 4))
+    actual = len(_worker_batches(exercise, [range(30)] * 2, 4))
     if my_count == actual:
         return passes(exercise, f"{actual}: each worker yields all 30 ids, in 7 batches of 4 "
                                 "and one of 2")
@@ -271,7 +301,7 @@ def grade_dropped_ids(my_dropped) -> Grade:
     exercise = "02.2"
     if my_dropped is None:
         return not_tried(exercise, "set my_dropped to your prediction, an int")
-    kept = _worker_batches([range(0, 30, 2), range(1, 30, 2)], 8, drop_last=True)
+    kept = _worker_batches(exercise, [range(0, 30, 2), range(1, 30, 2)], 8, drop_last=True)
     actual = 30 - check_exactly_once(kept, 30).unique_count
     if my_dropped == actual:
         return passes(exercise, f"{actual} ids dropped: each worker's 15 ids fill one batch of 8 "
