@@ -32,3 +32,68 @@ def test_10_a_fixed_count_of_6_is_shown_failing_on_files_of_40_7_7_7_rows():
     epoch = capped.checks[0]
     assert list(epoch.batch_counts.counts) == [6, 4]
     assert epoch.exactly_once.missing_count == 20
+
+
+# Layouts the fixes of notebooks 06 and 11 were not written for: shards of 5, 3, 3, 3 ids
+# there. Here a rank with one file (rank 1 holds shard 1 alone) whose file is short, and
+# more workers than a rank has files.
+ONE_SHORT_FILE = {"shard_sizes": [6, 2, 5], "workers": 3, "batch_size": 2}
+
+
+def _batches_per_rank(make_loader, world_size=2):
+    return [list(make_loader(rank, world_size, 0)) for rank in range(world_size)]
+
+
+def test_06_a_fixed_count_keeps_ranks_in_step_with_a_rank_of_one_short_file():
+    cell = importable_names("06", upto="nb06-9eb3732b")
+    layout = partial(cell["make_sharded_loader"], **ONE_SHORT_FILE)
+    per_rank = _batches_per_rank(layout)
+    steps = min(len(batches) for batches in per_rank)
+    kept = {i for batches in per_rank for batch in batches[:steps] for i in batch.tolist()}
+    dropped = sorted(set(range(13)) - kept)
+    fixed = partial(cell["make_fixed_count_loader"], steps=steps, **ONE_SHORT_FILE)
+    report = _audit(fixed, 13, shuffle=False, dropped_by_design=dropped)
+    assert report.ok, report
+    assert set(report.checks[0].batch_counts.counts) == {steps}
+
+
+@pytest.mark.parametrize("fix", ["train_until_any_exhausted", "train_with_join"])
+def test_06_the_training_loop_fixes_end_on_every_rank_with_a_rank_of_one_short_file(fix):
+    from talk_helpers.runtime import run_world
+
+    cell = importable_names("06", upto="nb06-072f3180")
+    layout = partial(cell["make_sharded_loader"], **ONE_SHORT_FILE)
+    shortest = min(len(batches) for batches in _batches_per_rank(layout))
+    world = run_world(cell[fix], 2, args=(layout,), collective_timeout_s=30,
+                      timeout_s=time_limit_s(60, interpreters=8))
+    assert world.ok, world
+    steps = [result["steps"] for result in world.results]
+    if fix == "train_until_any_exhausted":
+        assert steps == [shortest, shortest]
+    else:  # join lets every rank read all its batches; the short one shadows the rest
+        assert min(steps) == shortest and max(steps) > shortest
+
+
+@pytest.mark.parametrize("dataset_size", [1, 3, 7])
+def test_11_evaluating_each_sample_once_holds_when_a_rank_has_fewer_or_none(dataset_size):
+    from talk_helpers.runtime import run_world
+
+    cell = importable_names("11", upto="7c6251be")
+    world = run_world(cell["evaluate_each_once"], 3, args=(dataset_size,),
+                      timeout_s=time_limit_s(30, interpreters=3))
+    assert world.ok, world
+    seen = sorted(i for result in world.results for i in result[0])
+    assert seen == list(range(dataset_size))
+    assert {tuple(result[1]) for result in world.results} == {
+        (sum(i % 3 != 0 for i in range(dataset_size)), dataset_size)}
+
+
+@pytest.mark.parametrize("captions", [401, 130])
+def test_11_the_final_loader_gives_every_rank_as_many_batches_on_other_sizes(captions, tmp_path):
+    cell = importable_names("11", upto="04ab02ae")
+    path = cell["write_caption_tokens"](captions, str(tmp_path / "tokens.npy"))
+    per_rank = _batches_per_rank(partial(cell["make_final_loader"], path=path))
+    assert len(per_rank[0]) == len(per_rank[1]), [len(b) for b in per_rank]
+    ids = [i for batches in per_rank for batch in batches for i in batch["id"].tolist()]
+    ways = 2 * 2  # ranks × workers: past a multiple of it, a few samples wait for an epoch
+    assert len(ids) == len(set(ids)) == captions - captions % ways
