@@ -97,3 +97,17 @@ def test_11_the_final_loader_gives_every_rank_as_many_batches_on_other_sizes(cap
     ids = [i for batches in per_rank for batch in batches for i in batch["id"].tolist()]
     ways = 2 * 2  # ranks × workers: past a multiple of it, a few samples wait for an epoch
     assert len(ids) == len(set(ids)) == captions - captions % ways
+
+
+def test_11_the_first_rank_of_a_node_is_found_under_torchrun_srun_or_mpirun(monkeypatch):
+    cell = importable_names("11", upto="eb5afc04")
+    for name in cell["LOCAL_RANK_VARIABLES"]:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(RuntimeError, match="no launcher set any of"):
+        cell["local_rank_zero"](0)
+    monkeypatch.setenv("SLURM_LOCALID", "1")  # plain srun: no LOCAL_RANK
+    assert not cell["local_rank_zero"](5)
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0")  # srun's variable comes first
+    assert not cell["local_rank_zero"](5)
+    monkeypatch.delenv("SLURM_LOCALID")
+    assert cell["local_rank_zero"](4)

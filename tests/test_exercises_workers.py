@@ -194,7 +194,7 @@ def test_seeded_shuffle_loader_unseeded_or_in_storage_order_fails_with_its_hint(
     plain = workers.grade_seeded_shuffle(DataLoader(ids, batch_size=4))
     assert plain.passed is False and "storage order" in plain.message
     unseeded = workers.grade_seeded_shuffle(DataLoader(ids, batch_size=4, shuffle=True))
-    assert unseeded.passed is False and "global random generator" in unseeded.message
+    assert unseeded.passed is False and "global torch RNG" in unseeded.message
     assert "torch.Generator" in unseeded.hint
 
 

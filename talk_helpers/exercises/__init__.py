@@ -1,14 +1,10 @@
-"""Graders for the exercises: the learner edits a cell, a grader runs it and answers.
+"""Graders for the exercises, here so that no answer stands in a cell the learner reads.
 
-A grader lives here, not in the notebook, so the answer never stands in a cell the
-learner can read. It returns a :class:`Grade`: *passes*, *not yet* with a hint that points
-at the problem without giving the answer, *not tried* for an untouched stub (what the
-stored outputs show), or *not graded* when the processes it started were too slow to
-answer (:mod:`talk_helpers.exercises.start_up`): slow is never called wrong. One module per
-notebook thread, e.g. ``exercises.workers``.
-
-Every grade but *not tried* counts as an attempt (:func:`attempted`): a solution opens once
-its exercise has been attempted (:mod:`talk_helpers.notebook.solutions`).
+A grader runs the learner's code and returns a :class:`Grade`: *passes*, *not yet* with a
+hint that never gives the answer, *not tried* for an untouched stub, or *not graded* when
+its processes were too slow (:mod:`~talk_helpers.exercises.start_up`): slow is never
+wrong. Every grade but *not tried* is an attempt (:func:`attempted`), which opens the
+exercise's solution (:mod:`talk_helpers.notebook.solutions`).
 """
 
 from __future__ import annotations
@@ -164,9 +160,8 @@ def choice(exercise: str, answer: Any, *, options: Sequence, correct: Any,
 
 def attempt(exercise: str, run: Callable[[], Grade], *, hint: str | None = None,
             waits_for: str | None = None) -> Grade:
-    """``run()``, or the grade a :class:`GradeFailure` carries, or *not yet* naming the
-    exception if the learner's code raised. ``waits_for`` ("reading your loader's 2
-    workers"): what to say, while ``run()`` runs, that the grader waits for."""
+    """``run()`` (announcing ``waits_for`` meanwhile), or the grade a :class:`GradeFailure`
+    carries, or *not yet* naming the exception if the learner's code raised."""
     from talk_helpers.exercises.start_up import announce
 
     try:

@@ -1,10 +1,8 @@
 """Graders of notebook 04: a shuffled dataset that knows its epoch, and a worker's seed.
 
-:func:`grade_epochs` reads the learner's ``MyEpochIds(size, seed=0)`` the way training
-does: ``set_epoch(epoch)`` before each epoch, in this process, with new workers every epoch
-and with persistent ones. It passes when every epoch holds every id once, in a new order,
-drawn from ``seed`` and ``epoch`` alone (so every worker draws the same permutation and
-takes its shard of it), whoever iterates it.
+:func:`grade_epochs` reads ``MyEpochIds(size, seed=0)`` as training does (``set_epoch``
+before each epoch; here, with new workers, with persistent ones) and passes when every
+epoch holds every id once, in a new order drawn from ``seed`` and ``epoch`` alone.
 """
 
 from __future__ import annotations

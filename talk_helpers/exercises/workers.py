@@ -1,19 +1,13 @@
-"""Graders for notebooks 01 and 02: what DataLoader asks a dataset, which worker builds
-which batch, what workers do to an iterable dataset, and the learner's first iterable
-dataset, sharded by worker.
-
-Exercise 02.3 starts the thread that 03-05 continue: the learner writes ``MyShardedIds``
-and :func:`grade_worker_sharding` runs it in real DataLoaders. :func:`read_with_workers`
-and :func:`exactly_once_over_workers` are what the later graders of the thread reuse.
+"""Graders for notebooks 01 and 02, and the learner's first iterable dataset, sharded by
+worker (02.3, the thread 03-05 continue with :func:`read_with_workers` and
+:func:`exactly_once_over_workers`).
 """
 
 from __future__ import annotations
 
 import copy
-import random
 from collections.abc import Callable, Sequence
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
@@ -64,13 +58,10 @@ HINT_ENDLESS = "does your __iter__ end once every id has been yielded?"
 def read_with_workers(exercise: str, dataset, num_workers: int, *, batch_size: int,
                       expected: int, raised_hint: Callable[[str], str | None] | None = None,
                       records: list | None = None) -> list[int]:
-    """Every id a real ``DataLoader(dataset, batch_size, num_workers)`` yields, in order.
-
-    Raises :class:`GradeFailure`: *not yet* when the dataset raises or yields far more
-    than ``expected`` ids (it may never end), *not graded* when its workers are too slow
-    to start or to answer (:mod:`talk_helpers.exercises.loading`).
-    ``raised_hint(error_line)`` picks the hint for an error; ``records``, when given, gets
-    the :class:`~talk_helpers.exercises.loading.Record` of every batch."""
+    """Every id a real ``DataLoader(dataset, batch_size, num_workers)`` yields, in order;
+    :class:`GradeFailure` as :func:`~talk_helpers.exercises.loading.read_loader` raises it,
+    or when the dataset yields far more than ``expected`` ids. ``raised_hint(error_line)``
+    picks an error's hint; ``records`` gets every batch's record."""
     limit = expected * (max(num_workers, 1) + 1) + batch_size
     where = f"with num_workers={num_workers}"
     loader = recording_loader(dataset, batch_size=batch_size, num_workers=num_workers)
@@ -111,11 +102,9 @@ def exactly_once_over_workers(exercise: str, make: Callable[[], object], size: i
                               duplicates_and_gaps_hint: str = HINT_OVERLAP_AND_GAPS,
                               records: dict | None = None) -> dict[int, list[int]]:
     """Read a fresh ``make()`` with each worker count; every id of ``range(size)`` must come
-    exactly once. Returns the ids in the order they came, per worker count; raises
-    :class:`GradeFailure` with the hint for the first problem found.
-
-    ``duplicates_and_gaps_hint``: the hint when some ids come twice and others never.
-    ``records``: when given, gets each worker count's batch records."""
+    exactly once. Returns the ids in order per worker count, or raises
+    :class:`GradeFailure` with the first problem's hint (``duplicates_and_gaps_hint`` when
+    ids come twice and others never). ``records`` gets each count's batch records."""
     orders = {}
     for num_workers in worker_counts:
         found: list = []
@@ -147,9 +136,8 @@ def _sharding_hint(report, num_workers: int, size: int, duplicates_and_gaps_hint
 
 
 def checked_class(exercise: str, dataset_class, name: str) -> Grade | None:
-    """None when ``dataset_class`` can be run; else the grade to return at once: *not
-    tried* for an untouched stub, *not yet* for a class no spawned worker can import.
-    Raises TypeError when ``dataset_class`` is not a class."""
+    """None when ``dataset_class`` can be run; else *not tried* for an untouched stub, *not
+    yet* for a class no spawned worker can import (TypeError for no class at all)."""
     if not isinstance(dataset_class, type):
         raise TypeError(f"pass the class itself, e.g. {name}, not "
                         f"{type(dataset_class).__name__} {dataset_class!r}")
@@ -207,9 +195,8 @@ def grade_index_batches(my_batches) -> Grade:
 
 
 def grade_seeded_shuffle(loader) -> Grade:
-    """Exercise 01.2: a loader over 12 ids, batches of 4, every id once, shuffled, in the
-    same order whatever ran before: two copies of it, read after two different seeds of
-    the global generators, must agree (however the learner seeded it)."""
+    """Exercise 01.2: a loader over 12 ids, batches of 4, every id once, shuffled, in one
+    order whatever ran before: two copies, read after two global torch seeds, agree."""
     exercise = "01.2"
     if loader is None:
         return not_tried(exercise, "set loader to your DataLoader")
@@ -226,7 +213,7 @@ def grade_seeded_shuffle(loader) -> Grade:
             return not_yet(exercise, "every id exactly once, but in storage order",
                            "which DataLoader argument swaps the sampler for a random one?")
         if first != second:
-            return not_yet(exercise, "shuffled, but from a global random generator: the order "
+            return not_yet(exercise, "shuffled, but from the global torch RNG: the order "
                                      "changes with whatever ran before",
                            "DataLoader can take its own torch.Generator: seed one")
         return passes(exercise, "every id once, shuffled, in the same order whatever ran before")
@@ -235,20 +222,12 @@ def grade_seeded_shuffle(loader) -> Grade:
 
 
 def _order_after_global_seed(loader: DataLoader, seed: int) -> list[int]:
-    """The ids a copy of ``loader`` (and of its generators) yields once the global
-    generators are seeded with ``seed``; the caller's global generators are left as they
-    were."""
-    states = random.getstate(), np.random.get_state()
+    """The ids a copy of ``loader`` and its generators yields after the global torch
+    generator is seeded with ``seed`` (here only: the caller's is left as it was)."""
     with torch.random.fork_rng(devices=[]):
-        random.seed(seed)
-        np.random.seed(seed)
         torch.default_generator.manual_seed(seed)
-        try:
-            copied = copy.deepcopy(loader, {id(getattr(loader, "_iterator", None)): None})
-            return [i for batch in copied for i in ids_of(batch).tolist()]
-        finally:
-            random.setstate(states[0])
-            np.random.set_state(states[1])
+        copied = copy.deepcopy(loader, {id(getattr(loader, "_iterator", None)): None})
+        return [i for batch in copied for i in ids_of(batch).tolist()]
 
 
 def grade_batch_worker(my_worker) -> Grade:
