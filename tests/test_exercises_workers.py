@@ -205,7 +205,10 @@ def test_seeded_shuffle_loader_unseeded_or_in_storage_order_fails_with_its_hint(
         ids, generator=torch.Generator().manual_seed(0))),
     lambda ids: DataLoader(ids, batch_sampler=BatchSampler(RandomSampler(
         ids, generator=torch.Generator().manual_seed(0)), 4, drop_last=False)),
-], ids=["loader-generator", "seeded-random-sampler", "batch-sampler-over-a-seeded-one"])
+    lambda ids: DataLoader(ids, batch_size=4, shuffle=True, num_workers=2,
+                           generator=torch.Generator().manual_seed(0)),
+], ids=["loader-generator", "seeded-random-sampler", "batch-sampler-over-a-seeded-one",
+        "loader-generator-with-workers"])
 def test_seeded_shuffle_passes_however_the_seed_reaches_the_order(make):
     loader = make(list(range(12)))
     before = torch.get_rng_state()

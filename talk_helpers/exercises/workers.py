@@ -27,8 +27,7 @@ from talk_helpers.exercises.start_up import announce
 
 __all__ = [
     "WORKER_COUNTS", "GradeFailure", "checked_class", "exactly_once_over_workers",
-    "grade_batch_count", "grade_batch_worker",
-    "grade_dropped_ids", "grade_index_batches",
+    "grade_batch_count", "grade_batch_worker", "grade_dropped_ids", "grade_index_batches",
     "grade_mystery_loader", "grade_seeded_shuffle", "grade_worker_sharding",
     "instance_or_failure", "main_process_hint", "read_with_workers",
 ]
@@ -218,12 +217,13 @@ def grade_seeded_shuffle(loader) -> Grade:
                            "DataLoader can take its own torch.Generator: seed one")
         return passes(exercise, "every id once, shuffled, in the same order whatever ran before")
 
-    return attempt(exercise, run)
+    workers = loader.num_workers
+    return attempt(exercise, run, waits_for=f"reading two copies of your loader through "
+                                            f"{workers} workers each" if workers else None)
 
 
 def _order_after_global_seed(loader: DataLoader, seed: int) -> list[int]:
-    """The ids a copy of ``loader`` and its generators yields after the global torch
-    generator is seeded with ``seed`` (here only: the caller's is left as it was)."""
+    """The ids a copy of ``loader`` yields after the global torch seed ``seed`` (here only)."""
     with torch.random.fork_rng(devices=[]):
         torch.default_generator.manual_seed(seed)
         copied = copy.deepcopy(loader, {id(getattr(loader, "_iterator", None)): None})
