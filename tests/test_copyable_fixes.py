@@ -2,6 +2,7 @@
 for: uneven files, a rank with one file, more workers than files. A fix holds there, or
 the notebook shows where it stops holding."""
 
+import multiprocessing
 from functools import partial
 
 import pytest
@@ -10,7 +11,8 @@ from notebook_code import importable_names
 from talk_helpers.audit import audit
 from talk_helpers.runtime.start_cost import time_limit_s
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed,
+              pytest.mark.filterwarnings("ignore:This DataLoader will create")]
 
 
 def _audit(make_loader, expected, **options):
@@ -111,3 +113,18 @@ def test_11_the_first_rank_of_a_node_is_found_under_torchrun_srun_or_mpirun(monk
     assert not cell["local_rank_zero"](5)
     monkeypatch.delenv("SLURM_LOCALID")
     assert cell["local_rank_zero"](4)
+
+
+def test_08_counting_an_epoch_after_the_workers_holds_with_more_workers_than_files(tmp_path):
+    import webdataset as wds
+
+    from talk_helpers.lessons import loading_bench as lb
+    from talk_helpers.lessons.datasets.fast import make_token_memmap
+
+    cell = importable_names("08", upto="nb08-b1c98a0d")
+    tokens = make_token_memmap(tmp_path / "tiny.npy", 120, seq_len=16)
+    shards = lb.write_wds_shards(tokens, tmp_path / "wds", n_shards=2)
+    fast = "fork" if "fork" in multiprocessing.get_all_start_methods() else None  # as 08 does
+    loader = wds.WebLoader(cell["batched_shards"](shards, 4), batch_size=None, num_workers=3,
+                           multiprocessing_context=fast).with_epoch(48 // 4)
+    assert lb.check_epoch_samples(loader, 48).ok
