@@ -185,8 +185,10 @@ def test_in_a_notebook_the_announcement_is_emptied_so_stored_outputs_hold_none(m
 
     import IPython.display
 
-    monkeypatch.setattr(start_up, "in_notebook", lambda: True)
+    import talk_helpers.exercises as exercises
+
+    monkeypatch.setattr(exercises, "in_notebook", lambda: True)
     monkeypatch.setattr(IPython.display, "display", display)
-    with start_up.announce("02.3", "waiting for 2 spawn workers"):
+    with exercises.announce("02.3", "waiting for 2 spawn workers"):
         assert shown[-1] == {"text/plain": "⏳ exercise 02.3: waiting for 2 spawn workers…"}
     assert shown[0] == {} and shown[-1] == {}, "what nbval compares holds no trace of it"

@@ -13,6 +13,7 @@ import ast
 import contextlib
 import html
 import inspect
+import sys
 import textwrap
 import traceback
 from collections.abc import Callable, Sequence
@@ -20,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from talk_helpers.palette import BAD_COLOUR, INFO_COLOUR, OK_COLOUR, WARN_COLOUR
+from talk_helpers.progress import _in_notebook as in_notebook
 
-__all__ = ["Grade", "GradeFailure", "attempt", "attempted", "choice", "is_stub", "not_graded",
-           "not_tried", "not_yet", "passes", "raised"]
+__all__ = ["Grade", "GradeFailure", "announce", "attempt", "attempted", "choice", "is_stub",
+           "not_graded", "not_tried", "not_yet", "passes", "raised"]
 
 
 _attempted: set[str] = set()  # exercises a grader has judged an attempt at
@@ -162,8 +164,6 @@ def attempt(exercise: str, run: Callable[[], Grade], *, hint: str | None = None,
             waits_for: str | None = None) -> Grade:
     """``run()`` (announcing ``waits_for`` meanwhile), or the grade a :class:`GradeFailure`
     carries, or *not yet* naming the exception if the learner's code raised."""
-    from talk_helpers.exercises.start_up import announce
-
     try:
         with announce(exercise, waits_for) if waits_for else contextlib.nullcontext():
             return run()
@@ -171,3 +171,22 @@ def attempt(exercise: str, run: Callable[[], Grade], *, hint: str | None = None,
         return failure.grade
     except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
         return raised(exercise, exc, hint)
+
+
+@contextlib.contextmanager
+def announce(exercise: str, what: str):
+    """Say what the grader waits for until its verdict: a line on stderr; in a notebook a
+    display emptied at the end (stored outputs hold no trace of it, whatever the method)."""
+    line = f"⏳ exercise {exercise}: {what}…"
+    if not in_notebook():
+        print(line, file=sys.stderr, flush=True)
+        yield
+        return
+    from IPython.display import display
+
+    handle = display({}, raw=True, display_id=True)
+    handle.update({"text/plain": line}, raw=True)
+    try:
+        yield
+    finally:
+        handle.update({}, raw=True)

@@ -17,6 +17,7 @@ from talk_helpers.checks import check_exactly_once, ids_of
 from talk_helpers.exercises import (
     Grade,
     GradeFailure,
+    announce,
     choice,
     is_stub,
     not_tried,
@@ -32,7 +33,6 @@ from talk_helpers.exercises.loading import (
     shared_streams,
     stop_workers,
 )
-from talk_helpers.exercises.start_up import announce
 
 __all__ = ["SIZE", "grade_epochs", "grade_unseeded_generator", "grade_worker_seed"]
 

@@ -21,10 +21,9 @@ from torch.utils.data import DataLoader, get_worker_info
 from torch.utils.data._utils import signal_handling
 from torch.utils.data._utils.collate import default_collate
 
-from talk_helpers.exercises import GradeFailure, not_yet
+from talk_helpers.exercises import GradeFailure, announce, not_yet
 from talk_helpers.exercises.start_up import (
     START_FLOOR_S,
-    announce,
     late_stall,
     late_start,
     note_start,

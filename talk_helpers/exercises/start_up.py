@@ -1,5 +1,5 @@
-"""How long a grader waits for the processes it starts, what it says meanwhile
-(:func:`announce`), and what it says when they are late.
+"""How long a grader waits for the processes it starts, and what it says when they are
+late.
 
 A forked worker starts in milliseconds; a spawned one imports torch again, seconds on a
 quiet laptop and ten times that on a busy one. So a grader allows
@@ -14,19 +14,16 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-import sys
 import threading
 import time
-from contextlib import contextmanager
 
 import torch.multiprocessing as mp
 
-from talk_helpers.exercises import Grade, GradeFailure, not_graded
-from talk_helpers.progress import _in_notebook as in_notebook
+from talk_helpers.exercises import Grade, GradeFailure, announce, not_graded
 from talk_helpers.runtime.start_cost import interpreter_start_s
 from talk_helpers.runtime.start_method import requested_start_method
 
-__all__ = ["START_FACTOR", "START_FLOOR_S", "STALL_FLOOR_S", "announce", "audit_deadline_s",
+__all__ = ["START_FACTOR", "START_FLOOR_S", "STALL_FLOOR_S", "audit_deadline_s",
            "audited", "late_start", "late_stall", "note_start",
            "start_allowance_s", "start_cost_s", "start_method", "stall_allowance_s"]
 
@@ -77,25 +74,6 @@ def stall_allowance_s(method: str) -> float:
     """How long started workers may go without a batch (scaled by the known cost)."""
     known = _measured if method != "fork" and _measured is not None else 0.0
     return STALL_FLOOR_S + START_FACTOR * max(known, _seen.get(method, 0.0), FORK_COST_S)
-
-
-@contextmanager
-def announce(exercise: str, what: str):
-    """Say what the grader waits for until its verdict: a line on stderr; in a notebook a
-    display emptied at the end (stored outputs hold no trace of it, whatever the method)."""
-    line = f"⏳ exercise {exercise}: {what}…"
-    if not in_notebook():
-        print(line, file=sys.stderr, flush=True)
-        yield
-        return
-    from IPython.display import display
-
-    handle = display({}, raw=True, display_id=True)
-    handle.update({"text/plain": line}, raw=True)
-    try:
-        yield
-    finally:
-        handle.update({}, raw=True)
 
 
 def audit_deadline_s(world_size: int, workers: int, epochs: int) -> float:

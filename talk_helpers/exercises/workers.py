@@ -15,6 +15,7 @@ from talk_helpers.checks import check_exactly_once, ids_of
 from talk_helpers.exercises import (
     Grade,
     GradeFailure,
+    announce,
     attempt,
     choice,
     is_stub,
@@ -23,7 +24,6 @@ from talk_helpers.exercises import (
     passes,
 )
 from talk_helpers.exercises.loading import error_line, read_loader, recording_loader
-from talk_helpers.exercises.start_up import announce
 
 __all__ = [
     "WORKER_COUNTS", "GradeFailure", "checked_class", "exactly_once_over_workers",
