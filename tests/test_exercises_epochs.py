@@ -192,3 +192,29 @@ def test_each_wrong_choice_about_an_unseeded_generator_gets_its_own_hint():
     assert grade_unseeded_generator("c").ok
     hints = {grade_unseeded_generator(a).hint for a in ("a", "b")}
     assert len(hints) == 2 and all(hints)
+
+
+SUBCLASS = "class MyEpochIds(SharedEpochIds):\n    pass\n"
+WRAPPER = """\
+class MyEpochIds(IterableDataset):
+    def __init__(self, size, seed=0):
+        self.inner = SharedEpochIds(size, seed)
+
+    def set_epoch(self, epoch):
+        self.inner.set_epoch(epoch)
+
+    def __iter__(self):
+        return iter(self.inner)
+"""
+
+
+@pytest.mark.parametrize("answer", [SUBCLASS, WRAPPER], ids=["pass-subclass", "wrapper"])
+def test_the_notebooks_shared_epoch_dataset_subclassed_or_wrapped_is_graded_and_passes(answer):
+    from notebook_code import importable_names
+
+    from talk_helpers.notebook import cells
+
+    namespace = importable_names("04", upto="c16")
+    cells.define("from torch.utils.data import IterableDataset\n\n\n" + answer, namespace)
+    grade = grade_epochs(namespace["MyEpochIds"])
+    assert grade.ok, grade

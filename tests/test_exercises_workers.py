@@ -4,7 +4,14 @@ tried' with no hint, and each typical wrong answer gets its own hint."""
 import itertools
 
 import pytest
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    IterableDataset,
+    RandomSampler,
+    get_worker_info,
+)
 
 from talk_helpers.exercises import workers
 from talk_helpers.exercises.workers import grade_worker_sharding
@@ -181,18 +188,33 @@ def test_index_batches_prediction():
     assert wrong.passed is False and "left over" in wrong.hint
 
 
-def test_seeded_shuffle_loader():
+def test_seeded_shuffle_loader_unseeded_or_in_storage_order_fails_with_its_hint():
     ids = list(range(12))
     assert workers.grade_seeded_shuffle(None).passed is None
     plain = workers.grade_seeded_shuffle(DataLoader(ids, batch_size=4))
     assert plain.passed is False and "storage order" in plain.message
     unseeded = workers.grade_seeded_shuffle(DataLoader(ids, batch_size=4, shuffle=True))
     assert unseeded.passed is False and "global torch RNG" in unseeded.message
-    import torch
+    assert "torch.Generator" in unseeded.hint
 
-    seeded = DataLoader(ids, batch_size=4, shuffle=True,
-                        generator=torch.Generator().manual_seed(0))
-    assert workers.grade_seeded_shuffle(seeded).ok
+
+@pytest.mark.parametrize("make", [
+    lambda ids: DataLoader(ids, batch_size=4, shuffle=True,
+                           generator=torch.Generator().manual_seed(0)),
+    lambda ids: DataLoader(ids, batch_size=4, sampler=RandomSampler(
+        ids, generator=torch.Generator().manual_seed(0))),
+    lambda ids: DataLoader(ids, batch_sampler=BatchSampler(RandomSampler(
+        ids, generator=torch.Generator().manual_seed(0)), 4, drop_last=False)),
+    lambda ids: DataLoader(ids, batch_size=4, shuffle=True, num_workers=2,
+                           generator=torch.Generator().manual_seed(0)),
+], ids=["loader-generator", "seeded-random-sampler", "batch-sampler-over-a-seeded-one",
+        "loader-generator-with-workers"])
+def test_seeded_shuffle_passes_however_the_seed_reaches_the_order(make):
+    loader = make(list(range(12)))
+    before = torch.get_rng_state()
+    grade = workers.grade_seeded_shuffle(loader)
+    assert grade.ok, grade
+    assert torch.equal(torch.get_rng_state(), before), "the global generator is left as it was"
 
 
 def test_which_worker_builds_batch_4_is_answered_by_a_real_run():

@@ -144,12 +144,10 @@ def test_an_audit_past_its_deadline_is_not_graded_with_where_each_rank_was():
 
 def test_the_audit_deadline_grows_with_the_cost_of_a_start(monkeypatch):
     monkeypatch.setattr(start_up, "_seen", {"fork": 0.1})
-    from talk_helpers.exercises import ranks
-
     monkeypatch.setenv("TALK_START_METHOD", "fork")
-    quick = ranks.audit_deadline_s()
+    quick = start_up.audit_deadline_s(2, 2, 2)  # 05.4: 2 ranks × 2 workers, 2 epochs
     start_up.note_start("fork", 5.0)
-    assert ranks.audit_deadline_s() > quick + 5
+    assert start_up.audit_deadline_s(2, 2, 2) > quick + 5
 
 
 @pytest.mark.distributed
@@ -160,3 +158,37 @@ def test_06_4_past_its_deadline_is_not_graded_never_not_yet(monkeypatch):
     grade = uneven_batches.grade_even_loader(functools.partial(_sleepy_loader))
     assert grade.late and grade.passed is None, grade
     assert "did not finish within 4 s" in grade.message and "raised" not in grade.message
+
+
+def test_a_slow_grader_says_what_it_waits_for_before_its_verdict(capsys):
+    grade = grade_worker_sharding(SleepsBeforeFirstSample)
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("⏳")]
+    assert grade.ok, grade
+    with_workers = [n for n in (0, 2, 3, 1) if n]  # the grader's reads that start workers
+    assert len(said) == len(with_workers), said
+    for line, workers in zip(said, with_workers, strict=True):
+        assert line.startswith(f"⏳ exercise 02.3: with num_workers={workers}: waiting for "
+                               f"{workers} "), line
+        assert line.endswith("workers to start and read your dataset…"), line
+
+
+def test_in_a_notebook_the_announcement_is_emptied_so_stored_outputs_hold_none(monkeypatch):
+    shown = []
+
+    class Handle:
+        def update(self, data, raw):
+            shown.append(data)
+
+    def display(data, raw, display_id):
+        shown.append(data)
+        return Handle()
+
+    import IPython.display
+
+    import talk_helpers.exercises as exercises
+
+    monkeypatch.setattr(exercises, "in_notebook", lambda: True)
+    monkeypatch.setattr(IPython.display, "display", display)
+    with exercises.announce("02.3", "waiting for 2 spawn workers"):
+        assert shown[-1] == {"text/plain": "⏳ exercise 02.3: waiting for 2 spawn workers…"}
+    assert shown[0] == {} and shown[-1] == {}, "what nbval compares holds no trace of it"

@@ -1,21 +1,19 @@
-"""Graders for the exercises: the learner edits a cell, a grader runs it and answers.
+"""Graders for the exercises, here so that no answer stands in a cell the learner reads.
 
-A grader lives here, not in the notebook, so the answer never stands in a cell the
-learner can read. It returns a :class:`Grade`: *passes*, *not yet* with a hint that points
-at the problem without giving the answer, *not tried* for an untouched stub (what the
-stored outputs show), or *not graded* when the processes it started were too slow to
-answer (:mod:`talk_helpers.exercises.start_up`): slow is never called wrong. One module per
-notebook thread, e.g. ``exercises.workers``.
-
-Every grade but *not tried* counts as an attempt (:func:`attempted`): a solution opens once
-its exercise has been attempted (:mod:`talk_helpers.notebook.solutions`).
+A grader runs the learner's code and returns a :class:`Grade`: *passes*, *not yet* with a
+hint that never gives the answer, *not tried* for an untouched stub, or *not graded* when
+its processes were too slow (:mod:`~talk_helpers.exercises.start_up`): slow is never
+wrong. Every grade but *not tried* is an attempt (:func:`attempted`), which opens the
+exercise's solution (:mod:`talk_helpers.notebook.solutions`).
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import html
 import inspect
+import sys
 import textwrap
 import traceback
 from collections.abc import Callable, Sequence
@@ -23,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from talk_helpers.palette import BAD_COLOUR, INFO_COLOUR, OK_COLOUR, WARN_COLOUR
+from talk_helpers.progress import _in_notebook as in_notebook
 
-__all__ = ["Grade", "GradeFailure", "attempt", "attempted", "choice", "is_stub", "not_graded",
-           "not_tried", "not_yet", "passes", "raised"]
+__all__ = ["Grade", "GradeFailure", "announce", "attempt", "attempted", "choice", "is_stub",
+           "not_graded", "not_tried", "not_yet", "passes", "raised"]
 
 
 _attempted: set[str] = set()  # exercises a grader has judged an attempt at
@@ -122,12 +121,12 @@ class GradeFailure(Exception):
 
 def is_stub(value: Any) -> bool:
     """Whether ``value`` is what a stub holds before the learner edits it: ``None``,
-    ``...``, or a function (a class: its ``__iter__``) whose body is only ``...`` or
-    ``pass`` (and a docstring)."""
+    ``...``, or a function (a class: the ``__iter__`` it has, its own or inherited) whose
+    body is only ``...`` or ``pass`` (and a docstring)."""
     if value is None or value is Ellipsis:
         return True
     if isinstance(value, type):
-        value = vars(value).get("__iter__", value)
+        value = next((vars(k)["__iter__"] for k in value.__mro__ if "__iter__" in vars(k)), value)
     try:
         source = textwrap.dedent(inspect.getsource(value))
         node = ast.parse(source).body[0]
@@ -161,12 +160,33 @@ def choice(exercise: str, answer: Any, *, options: Sequence, correct: Any,
     return not_yet(exercise, f"{answer!r} is not it", (hints or {}).get(answer))
 
 
-def attempt(exercise: str, run: Callable[[], Grade], *, hint: str | None = None) -> Grade:
-    """``run()``, or the grade a :class:`GradeFailure` carries, or *not yet* naming the
-    exception if the learner's code raised."""
+def attempt(exercise: str, run: Callable[[], Grade], *, hint: str | None = None,
+            waits_for: str | None = None) -> Grade:
+    """``run()`` (announcing ``waits_for`` meanwhile), or the grade a :class:`GradeFailure`
+    carries, or *not yet* naming the exception if the learner's code raised."""
     try:
-        return run()
+        with announce(exercise, waits_for) if waits_for else contextlib.nullcontext():
+            return run()
     except GradeFailure as failure:
         return failure.grade
     except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
         return raised(exercise, exc, hint)
+
+
+@contextlib.contextmanager
+def announce(exercise: str, what: str):
+    """Say what the grader waits for until its verdict: a line on stderr; in a notebook a
+    display emptied at the end (stored outputs hold no trace of it, whatever the method)."""
+    line = f"⏳ exercise {exercise}: {what}…"
+    if not in_notebook():
+        print(line, file=sys.stderr, flush=True)
+        yield
+        return
+    from IPython.display import display
+
+    handle = display({}, raw=True, display_id=True)
+    handle.update({"text/plain": line}, raw=True)
+    try:
+        yield
+    finally:
+        handle.update({}, raw=True)

@@ -1,10 +1,8 @@
 """Graders of notebook 04: a shuffled dataset that knows its epoch, and a worker's seed.
 
-:func:`grade_epochs` reads the learner's ``MyEpochIds(size, seed=0)`` the way training
-does: ``set_epoch(epoch)`` before each epoch, in this process, with new workers every epoch
-and with persistent ones. It passes when every epoch holds every id once, in a new order,
-drawn from ``seed`` and ``epoch`` alone (so every worker draws the same permutation and
-takes its shard of it), whoever iterates it.
+:func:`grade_epochs` reads ``MyEpochIds(size, seed=0)`` as training does (``set_epoch``
+before each epoch; here, with new workers, with persistent ones) and passes when every
+epoch holds every id once, in a new order drawn from ``seed`` and ``epoch`` alone.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ from talk_helpers.checks import check_exactly_once, ids_of
 from talk_helpers.exercises import (
     Grade,
     GradeFailure,
+    announce,
     choice,
     is_stub,
     not_tried,
@@ -97,7 +96,8 @@ def grade_worker_seed(answer) -> Grade:
         return not_yet(exercise, f"worker_1_seed must be an int, got {answer!r}")
     loader = DataLoader(_WorkerSeed(), batch_size=None, num_workers=WORKERS,
                         generator=torch.Generator().manual_seed(42))
-    seeds = dict(list(loader))
+    with announce(exercise, f"asking {WORKERS} real workers for their seeds"):
+        seeds = dict(list(loader))
     if int(answer) == seeds[1]:
         return passes(exercise, f"worker 1 got {seeds[1]}")
     if int(answer) == seeds[0]:

@@ -31,7 +31,7 @@ def grade_mixed(mixed, small_path) -> Grade:
                            "shuffle through a buffer larger than a batch before batching")
         return passes("08.1", "every id once, and batches mix both workers' blocks")
 
-    return attempt("08.1", run)
+    return attempt("08.1", run, waits_for="reading your batches, built in 2 workers")
 
 
 def grade_epoch_samples(epoch_samples, pipeline: Callable, shards) -> Grade:
@@ -53,7 +53,7 @@ def grade_epoch_samples(epoch_samples, pipeline: Callable, shards) -> Grade:
                            "with_epoch counts batches, in each of the 2 workers")
         return passes("08.2", f"{check.samples} samples per epoch")
 
-    return attempt("08.2", run)
+    return attempt("08.2", run, waits_for="reading one epoch of your pipeline with 2 workers")
 
 
 def grade_drop_last_flags(flags, batch_sizes: Callable) -> Grade:

@@ -1,16 +1,10 @@
 """The learner's dataset read by a real DataLoader, as a grader needs it read.
 
-:func:`read_loader` iterates a DataLoader the grader built and returns every batch, with
-what each worker's global random generators would draw next after it (:class:`Record`).
-It never waits a fixed time: it polls, tells a worker still starting from one that
-started and gives nothing (a hook every worker runs first marks it started), allows each
-the time :mod:`talk_helpers.exercises.start_up` gives it, and ends with a *not graded*
-grade when they run out. An error the dataset raises ends it with a *not yet* grade that
-names the error; so does a loader that yields far more batches than it should.
-
-:func:`shared_streams` reads the records: do two workers, two epochs or two ranks leave
-Python's ``random``, numpy's or torch's global generator in the same state? Then any
-augmentation drawn from it after the dataset ran repeats there.
+:func:`read_loader` returns every batch and what each worker's global generators would
+draw next (:class:`Record`). It polls, tells a worker still starting from one that gives
+nothing, and allows each the time :mod:`~talk_helpers.exercises.start_up` gives it.
+:func:`shared_streams` reads the records: a global generator left in the same state by two
+workers, epochs or ranks would repeat any augmentation drawn from it.
 """
 
 from __future__ import annotations
@@ -18,6 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +21,7 @@ from torch.utils.data import DataLoader, get_worker_info
 from torch.utils.data._utils import signal_handling
 from torch.utils.data._utils.collate import default_collate
 
-from talk_helpers.exercises import GradeFailure, not_yet
+from talk_helpers.exercises import GradeFailure, announce, not_yet
 from talk_helpers.exercises.start_up import (
     START_FLOOR_S,
     late_stall,
@@ -85,35 +80,37 @@ def read_loader(exercise: str, loader: DataLoader, *, where: str, max_batches: i
                 raised_hint: Callable[[str], str | None] | None = None,
                 endless_hint: str | None = None) -> tuple[list, list[Record]]:
     """Every batch of one pass over ``loader`` (from :func:`recording_loader`), and its
-    records. Raises :class:`GradeFailure`: *not yet* when the dataset raises (its error
-    line, ``raised_hint(line)`` as the hint) or yields more than ``max_batches`` batches
-    (``endless_hint``); *not graded* when the workers are too slow to start or to answer.
-    ``where`` starts every message ("with num_workers=3")."""
+    records; announced while workers start. :class:`GradeFailure`: *not yet* when the
+    dataset raises (``raised_hint(line)``) or yields over ``max_batches`` batches
+    (``endless_hint``), *not graded* when its workers are too slow. ``where`` starts every
+    message ("with num_workers=3")."""
     started = getattr(loader, "_grader_started", None)
     method = start_method(loader.multiprocessing_context) if loader.num_workers else "fork"
     batches, records = [], []
     iterator, finished = None, False
     try:
-        begun = time.time()
-        iterator = iter(loader)
-        last = time.monotonic()
-        while True:
-            try:
-                recorded = next(iterator)
-            except StopIteration:
-                break
-            except RuntimeError as exc:
-                if started is None or not _timed_out(exc):
-                    raise
-                _check_patience(exercise, started, begun, last, method, where)
-                continue
+        with announce(exercise, f"{where}: waiting for {loader.num_workers} {method} workers "
+                                "to start and read your dataset") if started else nullcontext():
+            begun = time.time()
+            iterator = iter(loader)
             last = time.monotonic()
-            records.append(recorded[0])
-            batches.append(recorded[1])
-            if len(batches) > max_batches:
-                raise GradeFailure(not_yet(exercise, f"{where}, your dataset yielded more "
-                                                     f"than {max_batches} batches",
-                                           endless_hint))
+            while True:
+                try:
+                    recorded = next(iterator)
+                except StopIteration:
+                    break
+                except RuntimeError as exc:
+                    if started is None or not _timed_out(exc):
+                        raise
+                    _check_patience(exercise, started, begun, last, method, where)
+                    continue
+                last = time.monotonic()
+                records.append(recorded[0])
+                batches.append(recorded[1])
+                if len(batches) > max_batches:
+                    raise GradeFailure(not_yet(exercise, f"{where}, your dataset yielded more "
+                                                         f"than {max_batches} batches",
+                                               endless_hint))
         finished = True
     except GradeFailure as failure:
         if failure.grade.late:  # workers that did not answer are not waited on again

@@ -48,7 +48,7 @@ def grade_shm_fit(my_loader) -> Grade:
                        "count the batches in flight: workers × prefetch_factor + 2; which "
                        "of those can you lower?")
 
-    return attempt(exercise, run)
+    return attempt(exercise, run, waits_for="reading a batch through your loader's workers")
 
 
 def grade_eval_indices(my_eval_indices) -> Grade:

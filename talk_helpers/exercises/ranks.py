@@ -1,18 +1,16 @@
 """Graders of notebook 05: idle workers, DistributedSampler's counts, a diagnosis, and the
 talk's exercise "left to the reader": the whole dataset, audited in a real world.
 
-:func:`grade_whole_dataset` takes the learner's ``make_loader(rank, world_size, epoch)``
-and runs :func:`talk_helpers.audit.audit` on it in a real gloo world of 2 ranks, each
-with a DataLoader of 2 workers, for 2 epochs, the loader meant to shuffle. It passes only
-when that audit passes with nothing flagged, the drop or the padding the learner declared
-being the only difference from "every id once per epoch". Before starting the world it
-reads each rank's dataset in this process, without a process group, so that a dataset
-asking ``torch.distributed`` for its rank from inside ``__iter__`` (where a spawned or
-forkserver worker has no process group) fails under every start method, fork included.
+:func:`grade_whole_dataset` audits the learner's ``make_loader(rank, world_size, epoch)``
+in a gloo world of 2 ranks × 2 workers for 2 epochs, and passes when nothing but the
+declared drop or padding is flagged. It first reads each rank's dataset here, without a
+process group, so that a dataset asking ``torch.distributed`` for its rank in ``__iter__``
+(which a spawned worker cannot) fails under every start method, fork included.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sys
@@ -156,8 +154,7 @@ def grade_whole_dataset(make_loader: Callable, *, size: int, equal_by: str | Non
     ``size``: the ids one epoch holds (0..size-1). ``equal_by``: what the dataset does so
     that every rank gets as many batches: ``"drop"`` (a few ids sit out each epoch),
     ``"pad"`` (a few are read twice) or None (neither). ``timeout_s``: the audit's
-    deadline; by default what starting its ranks and workers may take on this machine
-    (:func:`audit_deadline_s`).
+    deadline (default :func:`~talk_helpers.exercises.start_up.audit_deadline_s`).
     """
     size = require_int("size", size, minimum=1)
     if is_stub(make_loader):
@@ -171,11 +168,9 @@ def grade_whole_dataset(make_loader: Callable, *, size: int, equal_by: str | Non
         if any(is_stub(type(getattr(loader, "dataset", None))) for loader in loaders):
             return not_tried(WHOLE, "write MyDataset's __iter__, run its cell, then this one")
         _read_in_this_process(loaders, size)
-        deadline = audit_deadline_s() if timeout_s is None else timeout_s
-        report = audit(make_loader, world_size=WORLD_SIZE, epochs=EPOCHS, expected=size,
-                       shuffle=True, timeout_s=deadline)
-        if report.failure is not None and report.failure.kind == "hung":
-            return start_up.late_audit(WHOLE, report.failure, deadline, WORLD_SIZE)
+        report = start_up.audited(WHOLE, make_loader, world_size=WORLD_SIZE,
+                                  workers=NUM_WORKERS, epochs=EPOCHS, timeout_s=timeout_s,
+                                  expected=size, shuffle=True)
         if report.error is not None:
             return not_yet(WHOLE, report.error.replace("the audit could not finish: ", ""),
                            _error_hint(report.error))
@@ -186,12 +181,6 @@ def grade_whole_dataset(make_loader: Callable, *, size: int, equal_by: str | Non
         return failed.grade
     except Exception as exc:  # noqa: BLE001 - the learner's code may raise anything
         return raised(WHOLE, exc, _error_hint(str(exc)))
-
-
-def audit_deadline_s() -> float:
-    """How long 05.4's audit may take here: its 2 ranks and the 2 workers each starts per
-    epoch, at what starting a process costs with this start method on this machine."""
-    return start_up.audit_deadline_s(WORLD_SIZE, NUM_WORKERS, EPOCHS)
 
 
 def _streams_apart(make_loader: Callable, size: int) -> None:
@@ -375,11 +364,11 @@ def _same_share_every_epoch(report) -> str | None:
 
 
 def _asks_torch_distributed(cls: type) -> bool:
-    try:
-        source = inspect.getsource(cls)
-    except (OSError, TypeError):
-        return False
-    return "get_rank" in source or "get_world_size" in source
+    for klass in cls.__mro__:  # the class and those it inherits from
+        with contextlib.suppress(OSError, TypeError):
+            if any(word in inspect.getsource(klass) for word in ("get_rank", "get_world_size")):
+                return True
+    return False
 
 
 def _error_hint(text: str) -> str | None:

@@ -1,22 +1,12 @@
-"""How long a grader waits for the processes it starts, and what it says when they are late.
+"""How long a grader waits for the processes it starts, and what it says when they are
+late.
 
-A grader runs the learner's code in real processes: DataLoader workers, ranks. How long
-those take to start depends on the start method and on the machine. A forked worker is a
-copy of the kernel and starts in milliseconds; a spawned one is a new interpreter that
-imports torch again, a second or two on a quiet laptop and ten times that on a busy one.
-So no grader waits a fixed time for start-up. It allows
-
-    ``START_FLOOR_S + START_FACTOR × cost × waves``
-
-where ``cost`` is what starting one interpreter that imports torch costs on this machine
-(:func:`start_cost_s`) and ``waves`` how many rounds of starts the machine's cores need.
-The cost is measured only when it matters: the first time processes are still starting
-after ``START_FLOOR_S``, one interpreter that imports torch is timed, once per process
-(a forked worker's cost is what the graders saw of forked starts). Any slower start a
-grader sees raises it.
-
-When even that runs out, the grade is *not graded* (:func:`late_start`): how long the
-processes took and to run the grader again, never "your code raised".
+A forked worker starts in milliseconds; a spawned one imports torch again, seconds on a
+quiet laptop and ten times that on a busy one. So a grader allows
+``START_FLOOR_S + START_FACTOR × cost × waves``: ``cost`` is one interpreter's start here
+(:func:`start_cost_s`, measured once, when processes still start after ``START_FLOOR_S``,
+or the slowest start seen), ``waves`` the rounds of starts the cores need. When that runs
+out the grade is *not graded* (:func:`late_start`), never "your code raised".
 """
 
 from __future__ import annotations
@@ -29,13 +19,13 @@ import time
 
 import torch.multiprocessing as mp
 
-from talk_helpers.exercises import Grade, not_graded
+from talk_helpers.exercises import Grade, GradeFailure, announce, not_graded
 from talk_helpers.runtime.start_cost import interpreter_start_s
 from talk_helpers.runtime.start_method import requested_start_method
 
-__all__ = ["START_FACTOR", "START_FLOOR_S", "STALL_FLOOR_S", "audit_deadline_s", "late_audit",
-           "late_start", "late_stall",
-           "note_start", "start_allowance_s", "start_cost_s", "start_method", "stall_allowance_s"]
+__all__ = ["START_FACTOR", "START_FLOOR_S", "STALL_FLOOR_S", "audit_deadline_s",
+           "audited", "late_start", "late_stall", "note_start",
+           "start_allowance_s", "start_cost_s", "start_method", "stall_allowance_s"]
 
 START_FLOOR_S = 30.0   # every start-up gets this long before the cost is even measured
 START_FACTOR = 6.0     # then this many times what one interpreter costs here, per wave
@@ -54,13 +44,9 @@ def start_method(context=None) -> str:
 
 
 def start_cost_s(method: str, *, wait: bool = False) -> float | None:
-    """Seconds one worker of ``method`` takes to start on this machine, as best known.
-
-    fork: the slowest forked start seen, else a fraction of a second. spawn and forkserver:
-    the time to start an interpreter that imports torch, measured once in a thread (begun
-    by the first call), or the slowest start seen if longer; None while that measure runs,
-    unless ``wait``.
-    """
+    """Seconds one worker of ``method`` takes to start here, as best known: the slowest
+    start seen, and for spawn and forkserver at least an interpreter importing torch,
+    measured once in a thread the first call begins (None until then, unless ``wait``)."""
     seen = max(_seen.get(method, 0.0), FORK_COST_S)
     if method == "fork":
         return seen
@@ -85,30 +71,41 @@ def start_allowance_s(method: str, processes: int, *, wait: bool = False) -> flo
 
 
 def stall_allowance_s(method: str) -> float:
-    """How long started workers may go without a batch (scaled like the start-up by what
-    is known of the cost, never waiting for it)."""
+    """How long started workers may go without a batch (scaled by the known cost)."""
     known = _measured if method != "fork" and _measured is not None else 0.0
     return STALL_FLOOR_S + START_FACTOR * max(known, _seen.get(method, 0.0), FORK_COST_S)
 
 
 def audit_deadline_s(world_size: int, workers: int, epochs: int) -> float:
     """How long a grader's audit may take here: ``world_size`` ranks that each start
-    ``workers`` workers per epoch for ``epochs`` epochs, at what starting a process costs
-    with the start method in force on this machine."""
+    ``workers`` workers per epoch for ``epochs`` epochs, with this machine's start method."""
     method = requested_start_method() or mp.get_start_method()
     starts = world_size * (1 + workers * epochs)
     return START_FLOOR_S + start_allowance_s(method, starts, wait=True)
 
 
-def late_audit(exercise: str, failure, deadline_s: float, world_size: int) -> Grade:
-    """*Not graded*: the audit's ranks did not finish within ``deadline_s``; where each
-    rank was (``failure.progress``) and to run the grader again."""
-    where = "; ".join(f"rank {rank}: {text}" for rank, text in sorted(
-        (failure.progress or {}).items()))
-    return not_graded(exercise, f"the audit's {world_size} ranks and their workers did not "
-                                f"finish within {deadline_s:.0f} s ({where}). Starting "
-                                "processes is slow on this machine now: run the grader again",
-                      "if it happens every time, look for a loop in __iter__ that never ends")
+def audited(exercise: str, make_loader, *, world_size: int, workers: int, epochs: int,
+            timeout_s: float | None = None, **options):
+    """The audit of ``make_loader`` in a real world, announced, within ``timeout_s``
+    (default :func:`audit_deadline_s`). Late, :class:`GradeFailure` with *not graded*:
+    where each rank was, and to run the grader again."""
+    from talk_helpers.audit import audit
+
+    with announce(exercise, f"auditing your loader in a world of {world_size} ranks × "
+                            f"{workers} workers: waiting for its processes to start and read"):
+        deadline = timeout_s or audit_deadline_s(world_size=world_size, workers=workers,
+                                                 epochs=epochs)
+        report = audit(make_loader, world_size=world_size, epochs=epochs, timeout_s=deadline,
+                       **options)
+    if report.failure is not None and report.failure.kind == "hung":
+        where = "; ".join(f"rank {rank}: {text}"
+                          for rank, text in sorted((report.failure.progress or {}).items()))
+        raise GradeFailure(not_graded(
+            exercise, f"the audit's {world_size} ranks and their workers did not finish "
+                      f"within {deadline:.0f} s ({where}). Starting processes is slow on this "
+                      "machine now: run the grader again",
+            "if it happens every time, look for a loop in __iter__ that never ends"))
+    return report
 
 
 def late_start(exercise: str, waited_s: float, method: str, *, what: str,

@@ -75,13 +75,8 @@ def grade_even_loader(make_even_loader) -> Grade:
         return not_tried("06.4", "write make_even_loader in its %%importable cell and run it")
 
     def run() -> Grade:
-        from talk_helpers.audit import audit
-
-        deadline = start_up.audit_deadline_s(world_size=2, workers=2, epochs=1)
-        report = audit(make_even_loader, world_size=2, epochs=1, expected=14, shuffle=False,
-                       timeout_s=deadline)
-        if report.failure is not None and report.failure.kind == "hung":
-            return start_up.late_audit("06.4", report.failure, deadline, world_size=2)
+        report = start_up.audited("06.4", make_even_loader, world_size=2, workers=2, epochs=1,
+                                  expected=14, shuffle=False)
         if report.error is not None:
             return not_yet("06.4", report.error.replace("the audit could not finish: ", ""),
                            "call make_even_loader(0, 2, 0) in a cell of its own to see the "

@@ -1,22 +1,22 @@
-"""Graders for notebooks 01 and 02: what DataLoader asks a dataset, which worker builds
-which batch, what workers do to an iterable dataset, and the learner's first iterable
-dataset, sharded by worker.
-
-Exercise 02.3 starts the thread that 03-05 continue: the learner writes ``MyShardedIds``
-and :func:`grade_worker_sharding` runs it in real DataLoaders. :func:`read_with_workers`
-and :func:`exactly_once_over_workers` are what the later graders of the thread reuse.
+"""Graders for notebooks 01 and 02, and the learner's first iterable dataset, sharded by
+worker (02.3, the thread 03-05 continue with :func:`read_with_workers` and
+:func:`exactly_once_over_workers`).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 
+import torch
 from torch.utils.data import DataLoader
 
 from talk_helpers.checks import check_exactly_once, ids_of
 from talk_helpers.exercises import (
     Grade,
     GradeFailure,
+    announce,
+    attempt,
     choice,
     is_stub,
     not_tried,
@@ -27,8 +27,7 @@ from talk_helpers.exercises.loading import error_line, read_loader, recording_lo
 
 __all__ = [
     "WORKER_COUNTS", "GradeFailure", "checked_class", "exactly_once_over_workers",
-    "grade_batch_count", "grade_batch_worker",
-    "grade_dropped_ids", "grade_index_batches",
+    "grade_batch_count", "grade_batch_worker", "grade_dropped_ids", "grade_index_batches",
     "grade_mystery_loader", "grade_seeded_shuffle", "grade_worker_sharding",
     "instance_or_failure", "main_process_hint", "read_with_workers",
 ]
@@ -58,13 +57,10 @@ HINT_ENDLESS = "does your __iter__ end once every id has been yielded?"
 def read_with_workers(exercise: str, dataset, num_workers: int, *, batch_size: int,
                       expected: int, raised_hint: Callable[[str], str | None] | None = None,
                       records: list | None = None) -> list[int]:
-    """Every id a real ``DataLoader(dataset, batch_size, num_workers)`` yields, in order.
-
-    Raises :class:`GradeFailure`: *not yet* when the dataset raises or yields far more
-    than ``expected`` ids (it may never end), *not graded* when its workers are too slow
-    to start or to answer (:mod:`talk_helpers.exercises.loading`).
-    ``raised_hint(error_line)`` picks the hint for an error; ``records``, when given, gets
-    the :class:`~talk_helpers.exercises.loading.Record` of every batch."""
+    """Every id a real ``DataLoader(dataset, batch_size, num_workers)`` yields, in order;
+    :class:`GradeFailure` as :func:`~talk_helpers.exercises.loading.read_loader` raises it,
+    or when the dataset yields far more than ``expected`` ids. ``raised_hint(error_line)``
+    picks an error's hint; ``records`` gets every batch's record."""
     limit = expected * (max(num_workers, 1) + 1) + batch_size
     where = f"with num_workers={num_workers}"
     loader = recording_loader(dataset, batch_size=batch_size, num_workers=num_workers)
@@ -105,11 +101,9 @@ def exactly_once_over_workers(exercise: str, make: Callable[[], object], size: i
                               duplicates_and_gaps_hint: str = HINT_OVERLAP_AND_GAPS,
                               records: dict | None = None) -> dict[int, list[int]]:
     """Read a fresh ``make()`` with each worker count; every id of ``range(size)`` must come
-    exactly once. Returns the ids in the order they came, per worker count; raises
-    :class:`GradeFailure` with the hint for the first problem found.
-
-    ``duplicates_and_gaps_hint``: the hint when some ids come twice and others never.
-    ``records``: when given, gets each worker count's batch records."""
+    exactly once. Returns the ids in order per worker count, or raises
+    :class:`GradeFailure` with the first problem's hint (``duplicates_and_gaps_hint`` when
+    ids come twice and others never). ``records`` gets each count's batch records."""
     orders = {}
     for num_workers in worker_counts:
         found: list = []
@@ -141,9 +135,8 @@ def _sharding_hint(report, num_workers: int, size: int, duplicates_and_gaps_hint
 
 
 def checked_class(exercise: str, dataset_class, name: str) -> Grade | None:
-    """None when ``dataset_class`` can be run; else the grade to return at once: *not
-    tried* for an untouched stub, *not yet* for a class no spawned worker can import.
-    Raises TypeError when ``dataset_class`` is not a class."""
+    """None when ``dataset_class`` can be run; else *not tried* for an untouched stub, *not
+    yet* for a class no spawned worker can import (TypeError for no class at all)."""
     if not isinstance(dataset_class, type):
         raise TypeError(f"pass the class itself, e.g. {name}, not "
                         f"{type(dataset_class).__name__} {dataset_class!r}")
@@ -201,26 +194,40 @@ def grade_index_batches(my_batches) -> Grade:
 
 
 def grade_seeded_shuffle(loader) -> Grade:
-    """Exercise 01.2: a loader over 12 ids, batches of 4, every id once, shuffled, in an
-    order fixed by a seeded generator."""
+    """Exercise 01.2: a loader over 12 ids, batches of 4, every id once, shuffled, in one
+    order whatever ran before: two copies, read after two global torch seeds, agree."""
     exercise = "01.2"
     if loader is None:
         return not_tried(exercise, "set loader to your DataLoader")
     if not isinstance(loader, DataLoader):
         raise TypeError(f"loader must be a DataLoader, got {type(loader).__name__}")
-    ids = [i for batch in loader for i in ids_of(batch).tolist()]
-    report = check_exactly_once(ids, 12)
-    if not report.ok:
-        return not_yet(exercise, f"not every id exactly once: {report!r}",
-                       "build the loader over MapStyleIds(12)")
-    if ids == sorted(ids):
-        return not_yet(exercise, "every id exactly once, but in storage order",
-                       "which DataLoader argument swaps the sampler for a random one?")
-    if loader.generator is None:
-        return not_yet(exercise, "shuffled, but from the global torch RNG: the order changes "
-                                 "with whatever ran before",
-                       "DataLoader can take its own torch.Generator: seed one")
-    return passes(exercise, "every id once, shuffled, from a seeded generator")
+
+    def run() -> Grade:
+        first, second = (_order_after_global_seed(loader, seed) for seed in (1, 2))
+        report = check_exactly_once(first, 12)
+        if not report.ok:
+            return not_yet(exercise, f"not every id exactly once: {report!r}",
+                           "build the loader over MapStyleIds(12)")
+        if first == sorted(first):
+            return not_yet(exercise, "every id exactly once, but in storage order",
+                           "which DataLoader argument swaps the sampler for a random one?")
+        if first != second:
+            return not_yet(exercise, "shuffled, but from the global torch RNG: the order "
+                                     "changes with whatever ran before",
+                           "DataLoader can take its own torch.Generator: seed one")
+        return passes(exercise, "every id once, shuffled, in the same order whatever ran before")
+
+    workers = loader.num_workers
+    return attempt(exercise, run, waits_for=f"reading two copies of your loader through "
+                                            f"{workers} workers each" if workers else None)
+
+
+def _order_after_global_seed(loader: DataLoader, seed: int) -> list[int]:
+    """The ids a copy of ``loader`` yields after the global torch seed ``seed`` (here only)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        copied = copy.deepcopy(loader, {id(getattr(loader, "_iterator", None)): None})
+        return [i for batch in copied for i in ids_of(batch).tolist()]
 
 
 def grade_batch_worker(my_worker) -> Grade:
@@ -231,7 +238,8 @@ def grade_batch_worker(my_worker) -> Grade:
         return not_tried(exercise, "set my_worker to 0, 1 or 2")
     from talk_helpers.lessons.trace import run_loader
 
-    actual = run_loader(range(12), batch_size=2, num_workers=3).batches[4].worker
+    with announce(exercise, "asking a real DataLoader with 3 workers"):
+        actual = run_loader(range(12), batch_size=2, num_workers=3).batches[4].worker
     return choice(exercise, my_worker, options=(0, 1, 2), correct=actual,
                   hints={w: "the main process hands tasks out in turn, one per worker, and "
                             "batch k comes from task k" for w in (0, 1, 2)},
@@ -241,11 +249,12 @@ def grade_batch_worker(my_worker) -> Grade:
 # --- 02: predictions and a diagnosis -----------------------------------------------------
 
 
-def _worker_batches(streams, batch_size, **kwargs) -> list:
+def _worker_batches(exercise: str, streams, batch_size, **kwargs) -> list:
     from talk_helpers.lessons.datasets.basics import WorkerStreams
 
-    return list(DataLoader(WorkerStreams(streams), batch_size=batch_size,
-                           num_workers=len(streams), **kwargs))
+    with announce(exercise, f"asking a real DataLoader with {len(streams)} workers"):
+        return list(DataLoader(WorkerStreams(streams), batch_size=batch_size,
+                               num_workers=len(streams), **kwargs))
 
 
 def grade_batch_count(my_count) -> Grade:
@@ -254,7 +263,7 @@ def grade_batch_count(my_count) -> Grade:
     exercise = "02.1"
     if my_count is None:
         return not_tried(exercise, "set my_count to your prediction, an int")
-    actual = len(_worker_batches([range(30)] * 2, 4))
+    actual = len(_worker_batches(exercise, [range(30)] * 2, 4))
     if my_count == actual:
         return passes(exercise, f"{actual}: each worker yields all 30 ids, in 7 batches of 4 "
                                 "and one of 2")
@@ -271,7 +280,7 @@ def grade_dropped_ids(my_dropped) -> Grade:
     exercise = "02.2"
     if my_dropped is None:
         return not_tried(exercise, "set my_dropped to your prediction, an int")
-    kept = _worker_batches([range(0, 30, 2), range(1, 30, 2)], 8, drop_last=True)
+    kept = _worker_batches(exercise, [range(0, 30, 2), range(1, 30, 2)], 8, drop_last=True)
     actual = 30 - check_exactly_once(kept, 30).unique_count
     if my_dropped == actual:
         return passes(exercise, f"{actual} ids dropped: each worker's 15 ids fill one batch of 8 "

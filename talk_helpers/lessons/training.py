@@ -1,18 +1,10 @@
 """What notebook 06's DDP training loops call inside a rank, and that is not their lesson.
 
-The loops themselves (the one that hangs and its fixes) are written in the notebook's
-``%%importable`` cells, where the learner reads and edits them. They take a loader factory
-``make_loader(rank, world_size, epoch)`` (the signature ``audit`` uses) and call:
-
-- :func:`epoch_batches`: one epoch of that loader, started on every rank before the first
-  step (:func:`wait_for_every_rank`);
-- :func:`tiny_ddp_model`: a seeded one-weight model wrapped in DistributedDataParallel, and
-  its optimiser, on the process group's device (the CPU under gloo, the rank's GPU under
-  NCCL), as every batch it is given;
-- :func:`train_step`: forward, ``loss.backward()`` (where DDP all-reduces the gradients),
-  optimiser step;
-- :func:`gradient_alone`: the gradient one batch gives on its own, to compare with the one
-  DDP applies.
+The loops (the one that hangs and its fixes) stand in the notebook's ``%%importable``
+cells; they take ``make_loader(rank, world_size, epoch)`` and call :func:`epoch_batches`
+(one epoch, started on every rank before the first step), :func:`tiny_ddp_model` (a seeded
+one-weight DDP model and its optimiser, on the group's device), :func:`train_step` and
+:func:`gradient_alone` (one batch's own gradient, beside the one DDP applies).
 """
 
 import copy
@@ -37,15 +29,10 @@ __all__ = ["STARTUP_TIMEOUT_S", "epoch_batches", "gradient_alone", "tiny_ddp_mod
 def epoch_batches(make_loader, rank: int, world_size: int, epoch: int = 0):
     """The batches of ``make_loader(rank, world_size, epoch)``, as an iterator.
 
-    Every rank takes its first batch (its workers have started), then waits for the others
-    (:func:`wait_for_every_rank`): starting workers under spawn on a busy machine must not be
-    mistaken for the hang that a short collective timeout is there for.
-
-    In a warm world (:mod:`talk_helpers.runtime.warm`) a DataLoader with workers is kept,
-    with persistent workers, for the next call with the same factory and arguments, as a
-    job keeps its loader between epochs: the batches are a new loader's, without starting
-    the workers again in every cell. An edited ``%%importable`` cell is a new module, so
-    its factory is a new one.
+    Every rank takes its first batch, then waits for the others (:func:`wait_for_every_rank`):
+    workers slow to start under spawn are no hang. In a warm world
+    (:mod:`talk_helpers.runtime.warm`) a loader with workers is kept, with persistent workers,
+    for the next call with the same factory and arguments, as a job keeps its loader.
     """
     if not callable(make_loader):
         raise TypeError("make_loader must be callable as make_loader(rank, world_size, epoch), "

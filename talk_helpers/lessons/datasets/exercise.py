@@ -237,6 +237,7 @@ def ddp_train(rank: int, world_size: int, *, epochs: int = 2, num_workers: int =
     all-reduces gradients, so a rank with fewer batches would leave the others blocked."""
     from torch.nn.parallel import DistributedDataParallel
 
+    from talk_helpers.runtime.devices import collective_device
     from talk_helpers.runtime.in_rank import report_progress
     from talk_helpers.runtime.rank_entry import load_ddp
 
@@ -245,14 +246,15 @@ def ddp_train(rank: int, world_size: int, *, epochs: int = 2, num_workers: int =
     # Persistent workers start once; set_epoch still reaches them (shared memory).
     loader = DataLoader(ds, batch_size=None, num_workers=num_workers,
                         persistent_workers=num_workers > 0)
-    model = DistributedDataParallel(torch.nn.Linear(1, 1))
+    device = collective_device()  # the CPU under gloo, this rank's GPU under NCCL
+    model = DistributedDataParallel(torch.nn.Linear(1, 1).to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     steps, seen = [], []
     for epoch in range(epochs):
         ds.set_epoch(epoch)
         seen.append([])
         for step, batch in enumerate(loader):
-            x = batch.float().reshape(-1, 1) / 100
+            x = batch.float().reshape(-1, 1).to(device) / 100
             loss = (model(x) - x).pow(2).mean()
             optimizer.zero_grad()
             loss.backward()

@@ -29,8 +29,9 @@ class MyEpochIds(IterableDataset):
     2: '''
 my_answer = "c"
 # The generator is made once, in the main process, which never draws from it. Every
-# worker unpickles a copy in that same state, so both workers draw the same numbers;
-# next epoch's new workers copy the same untouched state again. DataLoader reseeds only
-# the global random, torch and numpy generators, never one stored on the dataset.
+# worker gets a copy in that state (forked: inherited; spawned: unpickled), so both
+# draw the same numbers; next epoch's new workers copy the same untouched state again.
+# DataLoader reseeds only the global random, torch and numpy generators, never one
+# stored on the dataset.
 ''',
 }
