@@ -16,7 +16,7 @@ NBVAL  := $(BIN)/python -m pytest --nbval --nbval-current-env \
 UNIT_WORKERS ?= 3
 
 .PHONY: setup lab test lint unit notebooks notebooks-fork notebooks-forkserver notebooks-spawn \
-        browser chromium binder-check outputs imgs present talk dry-run slides bench \
+        browser chromium binder-check binder-build-check outputs imgs present talk dry-run slides bench \
         bench-notebooks clean
 
 # jupyterlab/overrides.json: JupyterLab's defaults for this lab (no news pop-up over a slide).
@@ -76,6 +76,12 @@ browser: $(STAMP) chromium
 # each one's time and peak memory -> benchmarks/results/binder_check.md. Not part of `test`.
 binder-check: $(STAMP)
 	$(BIN)/python -m benchmarks.binder_check $(NB)
+
+# repo2docker's build of binder/ replayed in a temporary venv (its server's pins, then
+# binder/environment.yml's pip section, then binder/postBuild); the lab must start with RISE
+# and widgets, the environment stay within 1.2 GB. Needs only Python 3.11, not .venv.
+binder-build-check:
+	$(PYTHON) scripts/binder_build_check.py
 
 # Re-executes notebooks top to bottom and stores the outputs (NB=notebooks/02_….ipynb for one).
 outputs: $(STAMP)
