@@ -161,3 +161,18 @@ def test_the_talk_s_qr_code_names_the_repository():
     titles = [t for where, t in texts.items() if where.startswith("notebooks/talk.ipynb")
               and "github.com" in t]
     assert titles and all(links.disagreements(t) == [] for t in titles)
+
+
+def test_write_rewrites_the_readme_s_and_docs_links_keeping_what_each_opens(tmp_path, monkeypatch):
+    address = links.address
+    (tmp_path / "docs").mkdir()
+    stale = (f"[b](https://mybinder.org/v2/gh/{address.REPOSITORY}/HEAD?labpath=notebooks/06_x.ipynb)"
+             f" [v](https://nbviewer.org/github/{address.REPOSITORY}/blob/HEAD/notebooks/09_y.ipynb#Step)")
+    (tmp_path / "README.md").write_text(stale)
+    (tmp_path / "docs" / "page.md").write_text(stale)
+    monkeypatch.setattr(links, "ROOT", tmp_path)
+    assert links.write() == [tmp_path / "README.md", tmp_path / "docs" / "page.md"]
+    fresh = (f"[b]({address.binder_url('notebooks/06_x.ipynb')})"
+             f" [v]({address.nbviewer_url('notebooks/09_y.ipynb', 'Step')})")
+    assert (tmp_path / "README.md").read_text() == fresh
+    assert links.check() == []  # (no notebooks there)
