@@ -16,8 +16,8 @@ NBVAL  := $(BIN)/python -m pytest --nbval --nbval-current-env \
 UNIT_WORKERS ?= 3
 
 .PHONY: setup lab test lint unit notebooks notebooks-fork notebooks-forkserver notebooks-spawn \
-        browser chromium binder-check outputs imgs present talk dry-run slides bench \
-        bench-notebooks clean
+        browser chromium binder-check binder-build-check outputs imgs present talk dry-run slides \
+        bench bench-notebooks clean
 
 # jupyterlab/overrides.json: JupyterLab's defaults for this lab (no news pop-up over a slide).
 # Installs only when the pins change: a second `make test` goes straight to the tests.
@@ -76,6 +76,13 @@ browser: $(STAMP) chromium
 # each one's time and peak memory -> benchmarks/results/binder_check.md. Not part of `test`.
 binder-check: $(STAMP)
 	$(BIN)/python -m benchmarks.binder_check $(NB)
+
+# repo2docker's build of binder/ replayed in a temporary venv (its server's pins, then
+# binder/environment.yml's pip section, then binder/postBuild); the lab must start with RISE
+# and widgets, the environment stay within 1.7 GB (its size and largest packages are printed).
+# Needs Python 3.11 and PyPI, not .venv; leaves nothing but pip's cache.
+binder-build-check:
+	$(PYTHON) scripts/binder_build_check.py
 
 # Re-executes notebooks top to bottom and stores the outputs (NB=notebooks/02_….ipynb for one).
 outputs: $(STAMP)

@@ -29,6 +29,7 @@ import os
 import platform
 import pwd
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -49,6 +50,10 @@ CPU_PERIOD_US = 100_000
 CPUS = 1
 CELL_TIMEOUT_S = 600
 MiB = 1024**2
+# Python's AF_UNIX socket paths (multiprocessing's listeners: TMPDIR/pymp-XXXXXXXX/
+# listener-XXXXXXXX) must fit in 107 bytes; the visitor's TMPDIR is a short private folder here
+SOCKET_PATH_MAX = 107
+SOCKET_SUFFIX = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
 
 
 @dataclass
@@ -136,8 +141,6 @@ class Cgroup:
 
     def remove(self) -> None:
         """Kill what is left in the cgroup (nothing, after a clean run), then remove it."""
-        import signal
-
         for path in set(self.dirs.values()):
             try:
                 pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
@@ -236,17 +239,33 @@ def run_notebook(path: Path, pod: Pod) -> Run:
     # (a checkout in a folder closed to others, as `mktemp -d` makes, holds `work` itself).
     # /tmp is open; the pod covers it last, once the ways are in place.
     stash = Path(tempfile.mkdtemp(prefix="binder-check-stash-", dir="/tmp"))
+    # The visitor's TMPDIR (where the pod does not cover /tmp): short whatever the checkout's
+    # path, so that sockets made in it fit (SOCKET_PATH_MAX)
+    tmp = Path(tempfile.mkdtemp(prefix="bc-", dir=_short_base()))
     try:
-        return _run_in(path, pod, work, stash)
+        return _run_in(path, pod, work, stash, tmp)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(stash, ignore_errors=True)
+        for folder in (work, stash, tmp):
+            shutil.rmtree(folder, ignore_errors=True)
+        try:
+            scratch.rmdir()  # unless another run is using it
+        except OSError:
+            pass
 
 
-def _run_in(path: Path, pod: Pod, work: Path, stash: Path) -> Run:
-    home, tmp, copy = work / "home", work / "tmp", work / "project"
-    for folder in (home, tmp):
-        folder.mkdir(parents=True)
+def _short_base() -> str:
+    """/tmp where it can be written (the caller's TMPDIR may itself be long), else Python's
+    temporary directory."""
+    return "/tmp" if os.access("/tmp", os.W_OK | os.X_OK) else tempfile.gettempdir()
+
+
+def _run_in(path: Path, pod: Pod, work: Path, stash: Path, tmp: Path) -> Run:
+    home, copy = work / "home", work / "project"
+    home.mkdir(parents=True)
+    if len(str(tmp)) + SOCKET_SUFFIX > SOCKET_PATH_MAX:
+        return Run(path.name, False, 0.0, None, 0,
+                   f"the temporary folder {tmp} is too long for sockets made in it "
+                   f"(at most {SOCKET_PATH_MAX - SOCKET_SUFFIX} characters); set TMPDIR shorter")
     shutil.copytree(ROOT / "notebooks", copy / "notebooks")
     if not (copy / "notebooks" / path.name).exists():  # a notebook from elsewhere
         shutil.copy(path, copy / "notebooks" / path.name)
@@ -257,6 +276,7 @@ def _run_in(path: Path, pod: Pod, work: Path, stash: Path) -> Run:
         for folder in (work, home, tmp, copy, *copy.rglob("*")):
             os.chown(folder, pod.user.pw_uid, pod.user.pw_gid)
         os.chmod(work, 0o700)
+    os.chmod(tmp, 0o700)
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(home),
            "LANG": "C.UTF-8", "TMPDIR": "/tmp" if pod.own_tmp_mount else str(tmp),
            "PYTHONDONTWRITEBYTECODE": "1",
@@ -279,13 +299,19 @@ def _run_in(path: Path, pod: Pod, work: Path, stash: Path) -> Run:
         cgroup = Cgroup(f"binder-check-{os.getpid()}-{path.stem}")
         cgroup.create()
     started = time.monotonic()
+    pod_process = None
     try:
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                              preexec_fn=cgroup.join if cgroup else None)
+        pod_process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True,
+                                       preexec_fn=cgroup.join if cgroup else None)
+        stdout, stderr = pod_process.communicate()
+        done = subprocess.CompletedProcess(command, pod_process.returncode, stdout, stderr)
         seconds = time.monotonic() - started
         peak = cgroup.peak_bytes() if cgroup else None
         kills = cgroup.oom_kills() if cgroup else 0
     finally:
+        if pod_process is not None:
+            _kill_tree(pod_process.pid)  # interrupted: the kernel and its workers too
         if cgroup is not None:
             cgroup.remove()
     if result.exists():
@@ -295,6 +321,24 @@ def _run_in(path: Path, pod: Pod, work: Path, stash: Path) -> Run:
     tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
     return Run(path.name, False, seconds, peak, kills,
                f"exit status {done.returncode}: " + " / ".join(tail))
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill ``pid`` and every process under it (a kernel started in a session of its own
+    included) that is still there."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        tree = [*root.children(recursive=True), root]
+    except psutil.Error:
+        return
+    for process in tree:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(tree, timeout=10)
 
 
 def _expose(stash: Path) -> list[str]:
@@ -330,6 +374,10 @@ def execute(path: Path, result: Path) -> None:
     from nbclient.exceptions import CellExecutionError, DeadKernelError
 
     nb = nbformat.read(path, as_version=4)
+    why = worker_cannot_start()
+    if why:
+        result.write_text(json.dumps({"ok": False, "error": why, "peak_rss": 0, "outputs": []}))
+        return
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     peak, stop = [0], threading.Event()
@@ -359,6 +407,29 @@ def execute(path: Path, result: Path) -> None:
                for cell in nb.cells if cell.cell_type == "code"]
     result.write_text(json.dumps({"ok": not error, "error": error, "peak_rss": peak[0],
                                   "outputs": outputs}))
+
+
+def worker_cannot_start() -> str:
+    """Why a DataLoader worker cannot start in this pod, or "" if one starts: checked before
+    the notebook, whose first DataLoader would otherwise wait for it until a cell's timeout."""
+    from multiprocessing.connection import Listener
+
+    try:
+        Listener(family="AF_UNIX").close()
+    except OSError as exc:
+        return (f"a socket cannot be made in the temporary folder {tempfile.gettempdir()} "
+                f"({exc}): DataLoader workers could not start")
+    import torch.utils.data
+
+    from talk_helpers.runtime.start_cost import time_limit_s
+
+    try:
+        loader = torch.utils.data.DataLoader(range(2), num_workers=1,
+                                             timeout=time_limit_s(10, interpreters=1))
+        list(loader)
+    except Exception as exc:  # noqa: BLE001 - the reason is the report
+        return f"a DataLoader worker cannot start here: {type(exc).__name__}: {exc}"[:300]
+    return ""
 
 
 def table(runs: list[Run], pod: Pod, load: tuple[float, float]) -> str:
@@ -393,6 +464,7 @@ def table(runs: list[Run], pod: Pod, load: tuple[float, float]) -> str:
 
 
 def main(argv=None) -> int:
+    signal.signal(signal.SIGTERM, _stop)  # stopped: the finally blocks clean up
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path)
     parser.add_argument("--output", type=Path, default=None)
@@ -420,6 +492,10 @@ def main(argv=None) -> int:
         output.write_text(text)
         print(f"written to {output.relative_to(ROOT) if output.is_relative_to(ROOT) else output}")
     return 0 if all(r.ok for r in runs) else 1
+
+
+def _stop(signum, _frame):
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ COURSE = ["01_map_style_and_iterable.ipynb", "02_workers_and_sharding.ipynb",
 CORE_WORDS = 3000  # 01-03 together; 04-05 get 2,000, for 5,000 over 01-05
 LATER_TERMS = re.compile(r"\brank\b|\branks\b|\bDDP\b|DistributedSampler", re.IGNORECASE)
 DEEPER = re.compile(r"^#+ .*going deeper", re.IGNORECASE | re.MULTILINE)
+FROM_A_LINK = re.compile(r"## Came here from a link\?")
 
 
 def _cells(name: str) -> list[dict]:
@@ -37,10 +38,11 @@ def _shown(cell: dict) -> str:
 
 
 def core_words(cells: list[dict]) -> int:
-    """Words of markdown above the first "Going deeper" heading (notes cells included)."""
+    """Words of markdown above the first "Going deeper" heading (notes cells included; the
+    answer kept folded for a visitor who came from a link left out)."""
     words = 0
     for cell in cells:
-        if cell["cell_type"] != "markdown":
+        if cell["cell_type"] != "markdown" or FROM_A_LINK.match(_source(cell)):
             continue
         if DEEPER.search(_source(cell)):
             break

@@ -8,7 +8,6 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -25,27 +24,6 @@ def _requirements_pins() -> dict[str, str]:
             name, version = line.split("==")
             pins[name.lower()] = version
     return pins
-
-
-def _environment_pins() -> dict[str, str]:
-    env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    pins = {}
-    for line in pip_section:
-        if "==" in line:
-            name, version = line.split("==")
-            pins[name.lower()] = version
-    return pins
-
-
-def test_environment_yml_pins_the_same_versions_as_requirements():
-    assert _environment_pins() == _requirements_pins()
-
-
-def test_environment_yml_uses_python_3_11_from_conda_forge():
-    env = yaml.safe_load((ROOT / "environment.yml").read_text())
-    assert env["channels"] == ["conda-forge"]
-    assert "python=3.11" in env["dependencies"]
 
 
 def test_torch_is_pinned_exactly_so_no_cuda_build_is_pulled():
