@@ -115,25 +115,32 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
-from torch.utils.data._utils.collate import default_collate
+from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
 POLICIES = ("drop", "pad")
-STATE_VERSION = 4
+STATE_VERSION = 5   # 5: shards known by name and fingerprint, not only by length
 DEFAULT_BLOCK_SIZE = 1 << 18    # samples shuffled together (mosaicml-streaming's floor)
 FEISTEL_ROUNDS = 6
-# (launcher, its rank variable, its world size variable): the innermost launcher first.
-LAUNCHERS = (("torchrun", "RANK", "WORLD_SIZE"),
-             ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-             ("SLURM", "SLURM_PROCID", "SLURM_NTASKS"))
+# (launcher, its rank variable, its world size variables): the innermost launcher first.
+# PMIx exports no size variable: its world is the task count of whoever started it.
+LAUNCHERS = (("torchrun", "RANK", ("WORLD_SIZE",)),
+             ("Open MPI", "OMPI_COMM_WORLD_RANK", ("OMPI_COMM_WORLD_SIZE",)),
+             ("MPICH or Intel MPI", "PMI_RANK", ("PMI_SIZE",)),
+             ("PMIx", "PMIX_RANK", ("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")),
+             ("SLURM", "SLURM_PROCID", ("SLURM_NTASKS",)))
 # Slots of the shared-memory tensor that every copy of one dataset sees (workers included),
 # then one per worker (the first _MARKED_WORKERS of them): the epoch + 1 it last read to the
-# end of its run.
-_EPOCH, _EPOCH_SET, _WORKERS, _LOADER_BATCH, _DROP_LAST, _WRAPPED, _WARNED = range(7)
-_READ_TO_END = 7
+# end of its run. _LOADS counts the states loaded in the main process.
+_EPOCH, _EPOCH_SET, _WORKERS, _LOADER_BATCH, _DROP_LAST, _WRAPPED, _WARNED, _LOADS = range(8)
+_READ_TO_END = 8
 _MARKED_WORKERS = 64
 _SLOTS = _READ_TO_END + _MARKED_WORKERS
 _CHUNK = 4096   # sample ids computed at once, at most
+# Read of torch beyond its public API, tested on torch 2.13 only (see _caller_with): the
+# DataLoader that iterates, found up the call stack (sys._getframe) by its public attributes,
+# its fetcher's ``auto_collation`` and ``dataset``, and ``_dataset``/``_dataset_kind`` of a
+# loader that reads this dataset through another. Pass ``loader=`` to checkpoint() to rely
+# on none of them there.
 
 
 class ShardedIterableDataset(IterableDataset):
@@ -165,6 +172,11 @@ class ShardedIterableDataset(IterableDataset):
         # Shared memory: set_epoch reaches persistent workers, and the workers tell the main
         # process how the loader iterates them (for checkpoint) and what they read.
         self._shared = torch.zeros(_SLOTS, dtype=torch.int64).share_memory_()
+        # Each worker's last pass: (its loader's seed, the pass, its epoch): see _pass_epoch.
+        self._pass_marks = torch.zeros((_MARKED_WORKERS, 3), dtype=torch.int64).share_memory_()
+        self._passes = 0                     # passes a worker's copy began
+        self._local_epoch: int | None = None   # the epoch set, as a worker's copy holds it
+        self._loads = 0                      # states loaded, as a worker's copy knows
         self._resume: dict | None = None     # a loaded resume point, for its epoch only
         self._adopted_epoch = 0              # a worker's epoch from a state, when none is set
         self._rotation = 0                   # the worker that reads run 0 (load_state_dict)
@@ -176,6 +188,7 @@ class ShardedIterableDataset(IterableDataset):
     def from_shards(cls, shards: Sequence, *, lengths: Sequence[int] | None = None,
                     load: Callable[[Any], Sequence] | None = None,
                     block_size: int | None = DEFAULT_BLOCK_SIZE,
+                    fingerprints: Sequence[str] | None = None,
                     **kwargs: Any) -> ShardedIterableDataset:
         """A dataset over ``shards``: ``load(shard)`` returns a shard's samples (e.g. a file
         path → array; ``np.load(path, mmap_mode="r")`` keeps it on disk); without ``load``
@@ -187,14 +200,20 @@ class ShardedIterableDataset(IterableDataset):
         The epoch shuffles the shard order, groups the shards into blocks (the shards that
         start within each ``block_size`` samples) and shuffles each block: a worker holds
         about one block of shards, and a micro-batch mixes one block. ``None``: one block
-        (a uniform shuffle of everything). The other arguments are the constructor's.
+        (a uniform shuffle of everything). ``fingerprints`` (one string per shard, e.g. a
+        checksum): a state loads only onto shards with the same ones. A state knows each
+        shard by its length and its path (or range); other objects by their length only.
+        The other arguments are the constructor's.
         """
         shards = list(shards)
         counts = _shard_lengths(shards, lengths, load)
+        if fingerprints is not None and len(fingerprints) != len(shards):
+            raise ValueError(f"fingerprints must hold one string per shard ({len(shards)}), "
+                             f"got {len(fingerprints)}")
         _check_int("block_size", block_size, low=1, allow_none=True,
                    meaning="None (one block) or an int ≥ 1 (samples shuffled together)")
         self = cls(0, **kwargs)
-        self._shards = _Shards(shards, counts, load)
+        self._shards = _Shards(shards, counts, load, fingerprints=fingerprints)
         self.block_size = None if block_size is None else int(block_size)
         return self
 
@@ -210,6 +229,7 @@ class ShardedIterableDataset(IterableDataset):
         if epoch != self.epoch:
             self._shared[_READ_TO_END:] = 0
         self._shared[_EPOCH], self._shared[_EPOCH_SET] = epoch, 1
+        self._local_epoch = epoch
 
     @property
     def epoch(self) -> int:
@@ -225,9 +245,52 @@ class ShardedIterableDataset(IterableDataset):
     def __iter__(self):
         info = get_worker_info()
         worker, num_workers = (0, 0) if info is None else (info.id, info.num_workers)
-        shape = self._loader_shape(sys._getframe(1), num_workers)
-        self._notice_a_repeated_epoch(worker)
-        return self._worker_items(worker, shape)
+        again = self._passes > 0    # a persistent worker's second pass, or later
+        try:
+            shape = self._loader_shape(sys._getframe(1), num_workers)
+            epoch = self.epoch if info is None else self._pass_epoch(info)
+            self._notice_a_repeated_epoch(worker, epoch)
+            return self._worker_items(worker, shape, epoch)
+        except Exception as exc:
+            if not again:
+                raise
+            # A persistent worker that raises here dies ("worker exited unexpectedly");
+            # raised at its first item, the DataLoader hands the error to the loop.
+            return _raise_at_first_item(exc)
+
+    def _pass_epoch(self, info: Any) -> int:
+        """The epoch a worker's pass reads, the same in every worker of the pass: a new
+        worker's copy holds the epoch set before ``iter(loader)``; a persistent worker
+        reads the shared one and agrees with its fellows. A ``set_epoch`` that came after
+        ``iter(loader)`` waits for the next iterator, with a warning; where a fellow
+        already reads it, the pass is refused. A state loaded since the copy is refused."""
+        if int(self._shared[_LOADS]) != self._loads:
+            raise RuntimeError(
+                "load_state_dict() came after this DataLoader's persistent workers started: "
+                "they hold the dataset as it was and would read the epoch again. Load the "
+                "state before the loader's first iter(), or build a new DataLoader after it")
+        now, first = self.epoch, not self._passes
+        self._passes += 1
+        set_then = first and int(self._shared[_EPOCH_SET]) and self._local_epoch is not None
+        epoch = self._local_epoch if set_then else now
+        if info.id < _MARKED_WORKERS:
+            mark = [(info.seed - info.id) % (1 << 62), self._passes]
+            self._pass_marks[info.id] = torch.tensor([*mark, epoch])
+            fellows = self._pass_marks[:min(info.num_workers, _MARKED_WORKERS)]
+            others = set(fellows[(fellows[:, :2] == torch.tensor(mark)).all(1), 2].tolist())
+            others.discard(epoch)
+            if others and (epoch != now or len(others) > 1):
+                raise RuntimeError(f"set_epoch({now}) came after iter(loader), and the "
+                                   f"workers of this pass would mix epochs: call set_epoch "
+                                   f"before iter(loader)")
+            if others:
+                epoch = others.pop()
+                self._pass_marks[info.id, 2] = epoch
+        if epoch != now:
+            warnings.warn(f"set_epoch({now}) came after iter(loader): this iterator reads "
+                          f"epoch {epoch}, the next one epoch {now}", RuntimeWarning,
+                          stacklevel=2)
+        return epoch
 
     # -- what it promises, as numbers ----------------------------------------------
 
@@ -323,6 +386,8 @@ class ShardedIterableDataset(IterableDataset):
             return
         if get_worker_info() is None:
             self._shared[_EPOCH], self._shared[_EPOCH_SET] = epoch, 1
+            self._shared[_LOADS] += 1
+            self._local_epoch, self._loads = epoch, int(self._shared[_LOADS])
         else:   # a worker never moves the epoch that every process shares
             self._adopted_epoch = epoch
         self._resume = {"epoch": epoch, "shards": len(state["config"]["lengths"]),
@@ -374,10 +439,11 @@ class ShardedIterableDataset(IterableDataset):
 
     # -- inside: one worker's items ----------------------------------------------------
 
-    def _worker_items(self, worker: int, shape: LoaderShape):
-        """The items worker ``worker`` yields on this rank this epoch: a function of the
-        configuration, the epoch, the loader's shape and a loaded resume point only."""
-        epoch = self.epoch
+    def _worker_items(self, worker: int, shape: LoaderShape, epoch: int | None = None):
+        """The items worker ``worker`` yields on this rank in ``epoch`` (default: the set
+        one): a function of the configuration, the epoch, the loader's shape and a loaded
+        resume point only."""
+        epoch = self.epoch if epoch is None else epoch
         run = self._worker_run(epoch, worker, shape)
         rng = None
         if self.transform is not None:
@@ -525,14 +591,13 @@ class ShardedIterableDataset(IterableDataset):
                              "pass loader= only if that dataset passes the items on one for one")
         return recorded or LoaderShape(0, None, False, True)
 
-    def _notice_a_repeated_epoch(self, worker: int) -> None:
+    def _notice_a_repeated_epoch(self, worker: int, epoch: int) -> None:
         """Warn once (raise, ``strict=True``) when ``worker`` starts a pass over a shuffled
         epoch that it already read to its end in a pass before: the loop forgot
         ``set_epoch``, and the pass would repeat the order and the augmentations.
         (Unshuffled, a second pass is usually an evaluation, and a transform may well be
         deterministic: no word.) Each worker asks only its own mark: on a busy machine a
         worker may start after the other workers of the same pass have read their runs."""
-        epoch = self.epoch
         if worker >= _MARKED_WORKERS or not self.shuffle \
                 or int(self._shared[_READ_TO_END + worker]) != epoch + 1:
             return
@@ -549,21 +614,29 @@ class ShardedIterableDataset(IterableDataset):
     # -- inside: the checks on a state ---------------------------------------------------
 
     def _config(self, epoch: int) -> dict:
-        return {"lengths": self._corpus(epoch).lengths.tolist(), "seed": self.seed,
+        shards = self._corpus(epoch)
+        return {"lengths": shards.lengths.tolist(), "names": shards.names,
+                "fingerprints": shards.fingerprints, "seed": self.seed,
                 "shuffle": self.shuffle, "policy": self.policy,
                 "batch_size": self.batch_size, "block_size": self.block_size}
 
     def _check_state(self, state: Any) -> None:
         """Refuse a state this dataset cannot resume, saying why."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+        version = state.get("version") if isinstance(state, dict) else None
+        if isinstance(version, int) and version < STATE_VERSION:
+            raise ValueError(f"state has version {version}, from an older copy of this file "
+                             f"that knew shards by length only; this one reads version "
+                             f"{STATE_VERSION}: finish that epoch with the older copy, or "
+                             f"start the epoch afresh")
+        if version != STATE_VERSION:
             raise ValueError("state was not made by ShardedIterableDataset.state_dict() "
                              f"or .checkpoint() (version {STATE_VERSION})")
         saved, now = state["config"], self._config(-1)
         differ = [f"{k}: saved {saved.get(k)!r}, now {v!r}" for k, v in now.items()
-                  if k != "lengths" and saved.get(k) != v]
+                  if k not in ("lengths", "names", "fingerprints") and saved.get(k) != v]
         if differ:
             raise ValueError("state comes from a different configuration: " + "; ".join(differ))
-        self._shards.check_grown_from(saved["lengths"])
+        self._shards.check_grown_from(saved)
         if "worker_id" in state:
             _check_worker_state(state, self.rank, self.world_size)
 
@@ -704,10 +777,11 @@ def resolve_rank_and_world(rank: int | None = None,
     """(rank, world_size): the arguments when given; else the process group when it is
     initialised; else the launcher's variables (see ``LAUNCHERS``); else (0, 1).
 
-    The process group must agree with the innermost launcher, and no outer launcher may
-    have started more processes than the world holds (``srun -n 4`` around four separate
-    worlds of one would read everything four times). A launcher that names a world but
-    not this process's rank is refused too: every rank would read as rank 0 of 1."""
+    A launcher of as many processes as the group must give the group's rank, and no
+    launcher may have started more processes than the world holds (``srun -n 4`` around
+    four separate worlds of one would read everything four times); one that started fewer
+    (a task per node, each spawning a process per GPU) is consistent with it. A launcher
+    that names a world but not this process's rank is refused: all would be rank 0 of 1."""
     if (rank is None) != (world_size is None):
         raise ValueError("give both rank and world_size, or neither")
     if rank is None:
@@ -719,15 +793,17 @@ def resolve_rank_and_world(rank: int | None = None,
 
 
 def _rank_and_world_of_this_job() -> tuple[int, int]:
+    """The process group decides when there is one (a launcher's task may have spawned
+    a process per GPU: a world larger than the launcher's); the launchers are checked
+    against it, and against each other, innermost first."""
     dist = torch.distributed
-    group = None
+    sources = _launchers_of_this_process(incomplete_ok=dist.is_available()
+                                         and dist.is_initialized())
     if dist.is_available() and dist.is_initialized():
         group = ("the process group", dist.get_rank(), dist.get_world_size())
-    sources = _launchers_of_this_process(incomplete_ok=group is not None)
-    if group is not None:
-        if sources and sources[0][1:] != group[1:]:
+        if sources and sources[0][2] == group[2] and sources[0][1] != group[1]:
             raise _disagreement(group, sources[0], "the group was initialised with "
-                                "another world than the launcher's")
+                                "other ranks than the launcher's")
         sources.insert(0, group)
     if not sources:
         return 0, 1
@@ -744,9 +820,11 @@ def _launchers_of_this_process(incomplete_ok: bool) -> list[tuple[str, int, int]
     A SLURM batch script (no ``SLURM_STEP_ID``; rank 0) is one process, not a world. A
     launcher that names a world but not the rank is refused, unless ``incomplete_ok``."""
     found = []
-    for name, rank_var, world_var in LAUNCHERS:
+    for name, rank_var, world_vars in LAUNCHERS:
+        world_var = next((v for v in world_vars if v in os.environ), world_vars[0])
         rank, world = os.environ.get(rank_var), os.environ.get(world_var)
-        if name == "SLURM" and "SLURM_STEP_ID" not in os.environ and rank in (None, "0"):
+        if name == "SLURM" and "SLURM_STEP_ID" not in os.environ and rank in (None, "0") \
+                or name == "PMIx" and rank is None:
             continue
         if rank is None and world is None:
             continue
@@ -844,6 +922,11 @@ def batches_taken(consumed: int, counts: np.ndarray) -> np.ndarray:
     loader yields, taking one from each worker in turn (longer runs first)."""
     workers = np.arange(len(counts))
     return np.minimum(counts, np.maximum(0, -(-(consumed - workers) // len(counts))))
+
+
+def _raise_at_first_item(exc: Exception):
+    raise exc
+    yield   # a generator: the error comes at its first next()
 
 
 def _caller_with(frame, *attributes: str) -> Any:
@@ -982,8 +1065,12 @@ class _Shards:
     block it reads, and nothing else."""
 
     def __init__(self, sources: list, lengths: np.ndarray, load: Callable | None,
-                 flat: bool = False) -> None:
+                 *, flat: bool = False, fingerprints: Sequence | None = None) -> None:
         self.sources, self.load, self.flat = sources, load, flat
+        self.fingerprints = None if fingerprints is None else [str(f) for f in fingerprints]
+        # A shard's identity in a state: its path (or range); other objects by length only.
+        self.names = [os.fspath(s) if isinstance(s, (str, os.PathLike)) else
+                      repr(s) if isinstance(s, range) else None for s in sources]
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.offsets = _starts(self.lengths)
         self.total = int(self.offsets[-1])
@@ -998,24 +1085,36 @@ class _Shards:
         return cls([source], [len(source)], None, flat=True)
 
     def first(self, count: int) -> _Shards:
-        return self if count == len(self.lengths) else \
-            _Shards(self.sources[:count], self.lengths[:count], self.load)
+        return self if count == len(self.lengths) else _Shards(
+            self.sources[:count], self.lengths[:count], self.load,
+            fingerprints=self.fingerprints and self.fingerprints[:count])
 
     def name(self, i: int) -> str:
         return "the source" if self.flat else f"shard {i} ({_describe(self.sources[i])})"
 
-    def check_grown_from(self, saved: list[int]) -> None:
-        """Refuse a state saved on other shards; shards added after them are fine."""
-        if len(saved) > len(self.lengths):
-            raise ValueError(f"state comes from a corpus of {len(saved)} shards, and this "
+    def check_grown_from(self, saved: dict) -> None:
+        """Refuse a state saved on other shards (by length, name or fingerprint: one
+        re-ordered, renamed, replaced or inserted before them); shards added after the
+        saved ones are fine."""
+        count = len(saved["lengths"])
+        if count > len(self.lengths):
+            raise ValueError(f"state comes from a corpus of {count} shards, and this "
                              f"one has {len(self.lengths)}: shards may be added after the "
                              f"saved ones, never removed")
-        for i, then in enumerate(saved):
-            if int(self.lengths[i]) != then:
+        prints = self.fingerprints or [None] * len(self.lengths)
+        for i in range(count):
+            was = {"samples": saved["lengths"][i], "name": saved["names"][i],
+                   "fingerprint": (saved["fingerprints"] or [None] * count)[i]}
+            now = {"samples": int(self.lengths[i]), "name": self.names[i],
+                   "fingerprint": prints[i]}
+            for what in [k for k in was if was[k] != now[k]][:1]:
+                change = f"held {was[what]} samples when the state was saved and holds " \
+                    f"{now[what]} now" if what == "samples" else f"had the {what} " \
+                    f"{was[what]!r} when the state was saved and has {now[what]!r} now"
                 raise ValueError(
-                    f"state comes from a different corpus: {self.name(i)} held {then} "
-                    f"samples when the state was saved and holds {int(self.lengths[i])} now. "
-                    f"A state loads onto the same shards, or onto more shards after them")
+                    f"state comes from a different corpus: {self.name(i)} {change} "
+                    f"{_moved(saved['names'], self.names, i)}. A state loads onto the same "
+                    f"shards in the same order, or onto more shards after them")
 
     def batch(self, ids: np.ndarray, shards: np.ndarray, collate_fn: Callable):
         """The samples ``ids`` (of ``shards``) as one batch, read a shard at a time."""
@@ -1071,6 +1170,14 @@ class _Shards:
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "cache": {}}
+
+
+def _moved(saved: list, names: list, i: int) -> str:
+    """Where shard ``i``'s saved name is now, when it moved: a list re-ordered or one
+    with a shard inserted before it."""
+    at = [j for j, name in enumerate(names) if name is not None and name == saved[i]]
+    return f"(the saved shard {saved[i]} is shard {at[0]} now)" if at and at[0] != i else \
+        "(renamed or replaced)" if names[i] != saved[i] else "(its content changed)"
 
 
 def _shard_lengths(shards: list, lengths: Sequence[int] | None,
