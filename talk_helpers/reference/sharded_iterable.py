@@ -40,10 +40,11 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
   repeats (policy ``"pad"``, fewer than ``world_size``); every rank yields ``len(ds)``
   items, so DDP cannot hang on the data. ``DataLoader(drop_last=True)`` leaves out each
   rank's last partial batch as well (the dataset does not deal it);
-* ``set_epoch`` reaches persistent workers too (shared memory); a second pass over a
-  shuffled epoch that a pass already read to its end, with no ``set_epoch`` between them,
-  warns once (raises with ``strict=True``): it would repeat the order and the
-  augmentations;
+* ``set_epoch`` reaches persistent workers too (shared memory), and every worker of a pass
+  reads the epoch set before ``iter(loader)``: one set after it waits for the next
+  iterator, with a warning. A second pass over a shuffled epoch that a pass already read
+  to its end, with no ``set_epoch`` between them, warns once (raises with ``strict=True``,
+  an error the loop sees): it would repeat the order and the augmentations;
 * a worker reads a contiguous run of blocks: each shard is loaded once per rank and epoch,
   except the shards of the blocks that a boundary between two workers cuts (at most
   ``num_workers - 1`` blocks per rank), which both workers load;
@@ -70,15 +71,14 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
   - elastic: when every rank took the same ``k`` batches, ``checkpoint(k)`` from any rank
     loads on any rank of a world of any size; the new world deals what nobody read yet.
   - a corpus that grows: a checkpoint taken on ``n`` shards loads onto shards whose first
-    ``n`` keep their lengths; the resumed epoch reads what the saved epoch had not read,
-    and the new shards join from the next epoch.
+    ``n`` keep their lengths, paths (or ranges) and ``fingerprints``; the resumed epoch
+    reads what the saved epoch had not read, and the new shards join from the next epoch.
 
 Where the rank comes from (:func:`resolve_rank_and_world`): the arguments, else the process
-group when initialised, else the launcher that started the process: torchrun (``RANK``,
-``WORLD_SIZE``), Open MPI (``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``), SLURM's srun
-(``SLURM_PROCID``, ``SLURM_NTASKS``), the innermost first (torchrun inside srun, mpirun
-inside a batch script), else a world of one. Sources that cannot all be right are an error
-that names them.
+group when initialised (the launchers are checked against it), else the launcher that
+started the process (``LAUNCHERS``: torchrun, Open MPI, MPICH or Intel MPI, PMIx, SLURM's
+srun), the innermost first, else a world of one. Sources that cannot all be right are an
+error that names them.
 
 What it refuses, with an error that says why: ``DataLoader(in_order=False)`` with several
 workers (the order would depend on timing, and ``checkpoint`` could not tell what was
@@ -88,19 +88,13 @@ another corpus (naming the shard); a ``StatefulDataLoader`` state loaded by anot
 world size, number of workers or batch size; a shard whose ``load`` returns another length
 than ``lengths`` declares.
 
-How others do it, from their installed sources. mosaicml-streaming's ``StreamingDataset``
-(0.13) orders samples by ``num_canonical_nodes`` (by default the first run's node count),
-so its order survives a change of world size, and a resume skips the ``sample_in_epoch``
-samples the world had read. Its default shuffle is ``py1e``; its fixed-block ``py1br``
-draws each block's size in (0.75, 1.25) × ``shuffle_block_size``, which defaults to
-``max(4_000_000 // num_canonical_nodes, 1 << 18)`` (``streaming/base/dataset.py``,
-``streaming/base/shuffle/py1br.py``). Here blocks start at shard boundaries and default to
-``2**18`` samples. litdata (0.2.76) resumes elastically too: it rebuilds the epoch's stream
-as the first run laid it out (``initial_world_size``, ``initial_num_workers``,
-``initial_batch_size``), drops the samples the world had read (``sample_in_epoch``, rounded
-down to whole global batches of the new world) and deals the rest to the new world
-(``_setup_elastic_resume`` in ``litdata/streaming/dataset.py``). This file keeps no initial
-layout: its resume point keeps the history of the layouts the epoch went through.
+How others do it, from their installed sources. mosaicml-streaming 0.13 orders samples by
+``num_canonical_nodes`` and a resume skips the ``sample_in_epoch`` samples the world had
+read; its ``py1br`` blocks hold at least ``1 << 18`` samples (``streaming/base/dataset.py``,
+``streaming/base/shuffle/py1br.py``). litdata 0.2.76 rebuilds the first run's layout and
+drops the samples read, rounded down to whole global batches (``_setup_elastic_resume`` in
+``litdata/streaming/dataset.py``). This file keeps no initial layout: its resume point
+keeps the history of the layouts the epoch went through.
 
 The module needs only torch and numpy: copy it into your project.
 """
@@ -137,10 +131,9 @@ _MARKED_WORKERS = 64
 _SLOTS = _READ_TO_END + _MARKED_WORKERS
 _CHUNK = 4096   # sample ids computed at once, at most
 # Read of torch beyond its public API, tested on torch 2.13 only (see _caller_with): the
-# DataLoader that iterates, found up the call stack (sys._getframe) by its public attributes,
-# its fetcher's ``auto_collation`` and ``dataset``, and ``_dataset``/``_dataset_kind`` of a
-# loader that reads this dataset through another. Pass ``loader=`` to checkpoint() to rely
-# on none of them there.
+# DataLoader that iterates, found up the call stack (sys._getframe), its fetcher's
+# ``auto_collation`` and ``dataset``, and ``_dataset``/``_dataset_kind`` of a loader that
+# reads this dataset through another. checkpoint(loader=...) relies on none of them.
 
 
 class ShardedIterableDataset(IterableDataset):
@@ -174,9 +167,8 @@ class ShardedIterableDataset(IterableDataset):
         self._shared = torch.zeros(_SLOTS, dtype=torch.int64).share_memory_()
         # Each worker's last pass: (its loader's seed, the pass, its epoch): see _pass_epoch.
         self._pass_marks = torch.zeros((_MARKED_WORKERS, 3), dtype=torch.int64).share_memory_()
-        self._passes = 0                     # passes a worker's copy began
-        self._local_epoch: int | None = None   # the epoch set, as a worker's copy holds it
-        self._loads = 0                      # states loaded, as a worker's copy knows
+        # A worker's copy: passes it began, the epoch set and the states loaded at its copy.
+        self._passes, self._local_epoch, self._loads = 0, None, 0
         self._resume: dict | None = None     # a loaded resume point, for its epoch only
         self._adopted_epoch = 0              # a worker's epoch from a state, when none is set
         self._rotation = 0                   # the worker that reads run 0 (load_state_dict)
@@ -259,11 +251,10 @@ class ShardedIterableDataset(IterableDataset):
             return _raise_at_first_item(exc)
 
     def _pass_epoch(self, info: Any) -> int:
-        """The epoch a worker's pass reads, the same in every worker of the pass: a new
-        worker's copy holds the epoch set before ``iter(loader)``; a persistent worker
-        reads the shared one and agrees with its fellows. A ``set_epoch`` that came after
-        ``iter(loader)`` waits for the next iterator, with a warning; where a fellow
-        already reads it, the pass is refused. A state loaded since the copy is refused."""
+        """The epoch of a worker's pass, the same in all its workers: a new worker's copy
+        holds the one set before ``iter(loader)``; a persistent worker reads the shared one
+        and agrees with its fellows (a later ``set_epoch`` waits, with a warning, or is
+        refused where a fellow reads it). A state loaded since the copy is refused."""
         if int(self._shared[_LOADS]) != self._loads:
             raise RuntimeError(
                 "load_state_dict() came after this DataLoader's persistent workers started: "
@@ -280,9 +271,8 @@ class ShardedIterableDataset(IterableDataset):
             others = set(fellows[(fellows[:, :2] == torch.tensor(mark)).all(1), 2].tolist())
             others.discard(epoch)
             if others and (epoch != now or len(others) > 1):
-                raise RuntimeError(f"set_epoch({now}) came after iter(loader), and the "
-                                   f"workers of this pass would mix epochs: call set_epoch "
-                                   f"before iter(loader)")
+                raise RuntimeError(f"set_epoch({now}) came after iter(loader): the workers "
+                                   f"would mix epochs. Call set_epoch before iter(loader)")
             if others:
                 epoch = others.pop()
                 self._pass_marks[info.id, 2] = epoch
@@ -623,14 +613,13 @@ class ShardedIterableDataset(IterableDataset):
     def _check_state(self, state: Any) -> None:
         """Refuse a state this dataset cannot resume, saying why."""
         version = state.get("version") if isinstance(state, dict) else None
-        if isinstance(version, int) and version < STATE_VERSION:
-            raise ValueError(f"state has version {version}, from an older copy of this file "
-                             f"that knew shards by length only; this one reads version "
-                             f"{STATE_VERSION}: finish that epoch with the older copy, or "
-                             f"start the epoch afresh")
         if version != STATE_VERSION:
-            raise ValueError("state was not made by ShardedIterableDataset.state_dict() "
-                             f"or .checkpoint() (version {STATE_VERSION})")
+            raise ValueError(
+                f"state has version {version}, from an older copy of this file that knew "
+                f"shards by length only: finish its epoch with that copy, or start afresh"
+                if isinstance(version, int) and version < STATE_VERSION else "state was not "
+                f"made by ShardedIterableDataset.state_dict() or .checkpoint() (version "
+                f"{STATE_VERSION})")
         saved, now = state["config"], self._config(-1)
         differ = [f"{k}: saved {saved.get(k)!r}, now {v!r}" for k, v in now.items()
                   if k not in ("lengths", "names", "fingerprints") and saved.get(k) != v]
@@ -793,9 +782,6 @@ def resolve_rank_and_world(rank: int | None = None,
 
 
 def _rank_and_world_of_this_job() -> tuple[int, int]:
-    """The process group decides when there is one (a launcher's task may have spawned
-    a process per GPU: a world larger than the launcher's); the launchers are checked
-    against it, and against each other, innermost first."""
     dist = torch.distributed
     sources = _launchers_of_this_process(incomplete_ok=dist.is_available()
                                          and dist.is_initialized())
@@ -1101,12 +1087,11 @@ class _Shards:
             raise ValueError(f"state comes from a corpus of {count} shards, and this "
                              f"one has {len(self.lengths)}: shards may be added after the "
                              f"saved ones, never removed")
-        prints = self.fingerprints or [None] * len(self.lengths)
+        prints = (saved["fingerprints"] or [None] * count, self.fingerprints or [None] * count)
         for i in range(count):
-            was = {"samples": saved["lengths"][i], "name": saved["names"][i],
-                   "fingerprint": (saved["fingerprints"] or [None] * count)[i]}
-            now = {"samples": int(self.lengths[i]), "name": self.names[i],
-                   "fingerprint": prints[i]}
+            was, now = ({"samples": int(lengths[i]), "name": names[i], "fingerprint": f[i]}
+                        for lengths, names, f in ((saved["lengths"], saved["names"], prints[0]),
+                                                  (self.lengths, self.names, prints[1])))
             for what in [k for k in was if was[k] != now[k]][:1]:
                 change = f"held {was[what]} samples when the state was saved and holds " \
                     f"{now[what]} now" if what == "samples" else f"had the {what} " \
@@ -1173,8 +1158,7 @@ class _Shards:
 
 
 def _moved(saved: list, names: list, i: int) -> str:
-    """Where shard ``i``'s saved name is now, when it moved: a list re-ordered or one
-    with a shard inserted before it."""
+    """What became of saved shard ``i``: moved (a list re-ordered, or inserted into)?"""
     at = [j for j, name in enumerate(names) if name is not None and name == saved[i]]
     return f"(the saved shard {saved[i]} is shard {at[0]} now)" if at and at[0] != i else \
         "(renamed or replaced)" if names[i] != saved[i] else "(its content changed)"
@@ -1202,7 +1186,6 @@ def _shard_lengths(shards: list, lengths: Sequence[int] | None,
 
 
 # -- small helpers --------------------------------------------------------------------------
-
 
 
 def _check_int(name: str, value: Any, *, low: int, high: int | None = None,
