@@ -9,6 +9,7 @@ import types
 import warnings
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sharded_iterable_helpers import TIMEOUT, ids, refusal
@@ -170,6 +171,22 @@ def test_set_epoch_after_iter_waits_for_the_next_iterator_and_never_mixes(persis
         or read == ids(loader), "one epoch, whole"
     ds.set_epoch(2)
     assert sorted(ids(loader)) == list(range(60))
+
+
+def test_a_new_loader_each_epoch_with_the_same_seeded_generator_reads_each_epoch():
+    ds = ShardedIterableDataset(30, batch_size=3, seed=4)
+    read = []
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        loader = DataLoader(ds, batch_size=None, num_workers=2, timeout=TIMEOUT,
+                            generator=torch.Generator().manual_seed(0),
+                            multiprocessing_context="fork")
+        read.append(ids(loader))
+        fresh = ShardedIterableDataset(30, batch_size=3, seed=4)
+        fresh.set_epoch(epoch)
+        assert read[-1] == ids(DataLoader(fresh, batch_size=None, num_workers=2,
+                                          timeout=TIMEOUT, multiprocessing_context="fork"))
+    assert read[0] != read[1] != read[2]
 
 
 def as_worker(ds, worker, passes, num_workers=2):

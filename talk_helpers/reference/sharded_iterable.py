@@ -269,7 +269,7 @@ class ShardedIterableDataset(IterableDataset):
             self._pass_marks[info.id] = torch.tensor([*mark, epoch])
             fellows = self._pass_marks[:min(info.num_workers, _MARKED_WORKERS)]
             others = set(fellows[(fellows[:, :2] == torch.tensor(mark)).all(1), 2].tolist())
-            others.discard(epoch)
+            others = others - {epoch} if not first else set()   # a new copy holds its own
             if others and (epoch != now or len(others) > 1):
                 raise RuntimeError(f"set_epoch({now}) came after iter(loader): the workers "
                                    f"would mix epochs. Call set_epoch before iter(loader)")
