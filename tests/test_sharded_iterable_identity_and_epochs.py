@@ -5,9 +5,11 @@ one pass never mix two epochs."""
 
 import copy
 import multiprocessing
+import os
 import types
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -222,3 +224,31 @@ def test_a_new_workers_copy_reads_the_epoch_set_before_iter():
         warnings.simplefilter("always")
         assert fresh._pass_epoch(info) == 4
     assert "this iterator reads epoch 4, the next one epoch 5" in str(caught[0].message)
+
+
+# -- a memory bound in bytes ---------------------------------------------------------------
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=12),
+       block_bytes=st.integers(1, 2000), batch=st.integers(1, 7), seed=st.integers(0, 9))
+def test_a_worker_holds_at_most_two_blocks_of_block_bytes_plus_a_shard(tmp_path, sizes,
+                                                                      block_bytes, batch, seed):
+    paths = []
+    for i, n in enumerate(sizes):
+        paths.append(tmp_path / f"{seed}-{i}-{n}.npy")
+        np.save(paths[-1], np.arange(sum(sizes[:i]), sum(sizes[:i]) + n, dtype=np.int64))
+    ds = ShardedIterableDataset.from_shards(paths, load=np.load, block_bytes=block_bytes,
+                                            batch_size=batch, seed=seed, rank=0, world_size=1)
+    on_disk = {i: os.path.getsize(p) for i, p in enumerate(paths)}
+    read, held = [], 0
+    for item in ds:
+        read += item.tolist()
+        held = max(held, sum(on_disk[s] for s in ds._shards.cache))
+    assert sorted(read) == list(range(sum(sizes)))
+    assert held <= 2 * (block_bytes + max(on_disk.values()))
+
+
+def test_block_bytes_needs_shards_that_are_files():
+    with pytest.raises(ValueError, match="block_bytes needs shards that are file paths"):
+        ShardedIterableDataset.from_shards([range(3)], block_bytes=100)

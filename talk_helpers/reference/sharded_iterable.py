@@ -161,6 +161,7 @@ class ShardedIterableDataset(IterableDataset):
         self.shuffle, self.seed, self.policy = bool(shuffle), int(seed), policy
         self.transform, self.collate_fn, self.strict = transform, collate_fn, bool(strict)
         self.block_size: int | None = None
+        self.block_bytes: int | None = None
         self._shards = _Shards.of_source(source)
         # Shared memory: set_epoch reaches persistent workers, and the workers tell the main
         # process how the loader iterates them (for checkpoint) and what they read.
@@ -180,7 +181,7 @@ class ShardedIterableDataset(IterableDataset):
     def from_shards(cls, shards: Sequence, *, lengths: Sequence[int] | None = None,
                     load: Callable[[Any], Sequence] | None = None,
                     block_size: int | None = DEFAULT_BLOCK_SIZE,
-                    fingerprints: Sequence[str] | None = None,
+                    block_bytes: int | None = None, fingerprints: Sequence[str] | None = None,
                     **kwargs: Any) -> ShardedIterableDataset:
         """A dataset over ``shards``: ``load(shard)`` returns a shard's samples (e.g. a file
         path → array; ``np.load(path, mmap_mode="r")`` keeps it on disk); without ``load``
@@ -192,7 +193,10 @@ class ShardedIterableDataset(IterableDataset):
         The epoch shuffles the shard order, groups the shards into blocks (the shards that
         start within each ``block_size`` samples) and shuffles each block: a worker holds
         about one block of shards, and a micro-batch mixes one block. ``None``: one block
-        (a uniform shuffle of everything). ``fingerprints`` (one string per shard, e.g. a
+        (a uniform shuffle of everything). ``block_bytes`` (for shards that are file paths)
+        groups them by their sizes on disk instead: a worker holds the shards of at most
+        two blocks (a micro-batch may straddle two), each under ``block_bytes`` plus one
+        shard. ``fingerprints`` (one string per shard, e.g. a
         checksum): a state loads only onto shards with the same ones. A state knows each
         shard by its length and its path (or range); other objects by their length only.
         The other arguments are the constructor's.
@@ -204,9 +208,14 @@ class ShardedIterableDataset(IterableDataset):
                              f"got {len(fingerprints)}")
         _check_int("block_size", block_size, low=1, allow_none=True,
                    meaning="None (one block) or an int ≥ 1 (samples shuffled together)")
+        _check_int("block_bytes", block_bytes, low=1, allow_none=True)
+        if block_bytes and not all(isinstance(s, (str, os.PathLike)) for s in shards):
+            raise ValueError("block_bytes needs shards that are file paths (their sizes on "
+                             "disk make the blocks); pass block_size= (samples) instead")
         self = cls(0, **kwargs)
         self._shards = _Shards(shards, counts, load, fingerprints=fingerprints)
         self.block_size = None if block_size is None else int(block_size)
+        self.block_bytes = None if block_bytes is None else int(block_bytes)
         return self
 
     # -- what a training loop uses -------------------------------------------------
@@ -405,7 +414,10 @@ class ShardedIterableDataset(IterableDataset):
             if len(self._orders) > 2:
                 self._orders.clear()
             shuffle_key = (self.seed, epoch) if self.shuffle else None
-            self._orders[key] = EpochOrder(shards.lengths, self.block_size, shuffle_key)
+            sizes = np.array([os.path.getsize(s) for s in shards.sources]) \
+                if self.block_bytes else None   # each shard's size on disk
+            self._orders[key] = EpochOrder(shards.lengths, self.block_bytes or self.block_size,
+                                           shuffle_key, sizes)
         return self._orders[key]
 
     def _ids(self, epoch: int, positions: np.ndarray) -> np.ndarray:
@@ -608,7 +620,8 @@ class ShardedIterableDataset(IterableDataset):
         return {"lengths": shards.lengths.tolist(), "names": shards.names,
                 "fingerprints": shards.fingerprints, "seed": self.seed,
                 "shuffle": self.shuffle, "policy": self.policy,
-                "batch_size": self.batch_size, "block_size": self.block_size}
+                "batch_size": self.batch_size, "block_size": self.block_size,
+                "block_bytes": self.block_bytes}
 
     def _check_state(self, state: Any) -> None:
         """Refuse a state this dataset cannot resume, saying why."""
@@ -705,13 +718,13 @@ class EpochOrder:
 
     The shards are laid end to end, in an order shuffled by ``key`` (``None``: storage
     order, no shuffle); block ``b`` holds the shards whose start falls in
-    ``[b * block_size, (b + 1) * block_size)`` (``block_size=None``: one block; no shuffle:
-    one block per shard); the positions of each block are permuted by their own
-    :class:`KeyedPermutation`. Only per-shard tables are built: O(shards) memory.
+    ``[b * block_size, (b + 1) * block_size)``, counted in samples or in ``sizes`` (one per
+    shard; ``block_size=None``: one block; no shuffle: one block per shard); each block's
+    positions are permuted by their own :class:`KeyedPermutation`. O(shards) memory.
     """
 
     def __init__(self, lengths: np.ndarray, block_size: int | None,
-                 key: tuple[int, int] | None) -> None:
+                 key: tuple[int, int] | None, sizes: np.ndarray | None = None) -> None:
         count = len(lengths)
         self.key = key
         self.offsets = _starts(lengths)              # each shard's first id (storage order)
@@ -724,7 +737,8 @@ class EpochOrder:
         elif block_size is None:     # one block: a uniform shuffle
             window = np.zeros(count, dtype=np.int64)
         else:
-            window = self.starts[:-1] // block_size
+            window = _starts((lengths if sizes is None else sizes)[self.shard_order])[:-1] \
+                // block_size
         opens = np.r_[True, window[1:] != window[:-1]][:count]   # a shard opens a block
         self.block_starts = np.r_[self.starts[:-1][opens], self.starts[-1]].astype(np.int64)
         self.block_of_shard = np.empty(count, dtype=np.int64)
