@@ -115,8 +115,7 @@ POLICIES = ("drop", "pad")
 STATE_VERSION = 5   # 5: shards known by name and fingerprint, not only by length
 DEFAULT_BLOCK_SIZE = 1 << 18    # samples shuffled together (mosaicml-streaming's floor)
 FEISTEL_ROUNDS = 6
-# (launcher, its rank variable, its world size variables): the innermost launcher first.
-# PMIx exports no size variable: its world is the task count of whoever started it.
+# (launcher, rank variable, world size variables), innermost first. PMIx has no size variable.
 LAUNCHERS = (("torchrun", "RANK", ("WORLD_SIZE",)),
              ("Open MPI", "OMPI_COMM_WORLD_RANK", ("OMPI_COMM_WORLD_SIZE",)),
              ("MPICH or Intel MPI", "PMI_RANK", ("PMI_SIZE",)),
@@ -569,11 +568,8 @@ class ShardedIterableDataset(IterableDataset):
         self._shared[_DROP_LAST] = int(shape.drop_last)
 
     def _recorded_loader(self) -> LoaderShape | None:
-        if not int(self._shared[_WORKERS]):
-            return None
-        return LoaderShape(int(self._shared[_WORKERS]) - 1,
-                           int(self._shared[_LOADER_BATCH]) or None,
-                           bool(self._shared[_DROP_LAST]), True)
+        workers, batch, drop_last = (int(v) for v in self._shared[_WORKERS:_WRAPPED])
+        return LoaderShape(workers - 1, batch or None, bool(drop_last), True) if workers else None
 
     def _checkpoint_loader(self, batches: int, num_workers: int | None,
                            loader: Any) -> LoaderShape:
@@ -1110,10 +1106,12 @@ class _Shards:
                 change = f"held {was[what]} samples when the state was saved and holds " \
                     f"{now[what]} now" if what == "samples" else f"had the {what} " \
                     f"{was[what]!r} when the state was saved and has {now[what]!r} now"
+                moved = [j for j, n in enumerate(self.names) if n and n == was["name"]]
                 raise ValueError(
-                    f"state comes from a different corpus: {self.name(i)} {change} "
-                    f"{_moved(saved['names'], self.names, i)}. A state loads onto the same "
-                    f"shards in the same order, or onto more shards after them")
+                    f"state comes from a different corpus: {self.name(i)} {change}"
+                    + (f" (the saved one is shard {moved[0]} now)" if moved else "")
+                    + ". A state loads onto the same shards in the same order, or onto more "
+                    "shards after them")
 
     def batch(self, ids: np.ndarray, shards: np.ndarray, collate_fn: Callable):
         """The samples ``ids`` (of ``shards``) as one batch, read a shard at a time."""
@@ -1171,11 +1169,6 @@ class _Shards:
         return {**self.__dict__, "cache": {}}
 
 
-def _moved(saved: list, names: list, i: int) -> str:
-    """What became of saved shard ``i``: moved (a list re-ordered, or inserted into)?"""
-    at = [j for j, name in enumerate(names) if name is not None and name == saved[i]]
-    return f"(the saved shard {saved[i]} is shard {at[0]} now)" if at and at[0] != i else \
-        "(renamed or replaced)" if names[i] != saved[i] else "(its content changed)"
 
 
 def _shard_lengths(shards: list, lengths: Sequence[int] | None,
