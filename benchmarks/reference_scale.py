@@ -185,6 +185,7 @@ def memory_section() -> str:
     load_before = os.getloadavg()[0]
     rows = memory_table()
     return "\n".join([
+        "",
         "## What a worker holds",
         "",
         f"One worker reads a whole epoch of {SHARDS} shard files of 1 MiB ({SHARD_SAMPLES} "
@@ -206,8 +207,8 @@ if __name__ == "__main__":
     elif sys.argv[1:2] == ["--memory"]:
         print(json.dumps(memory_run(sys.argv[2], sys.argv[3])))
     elif sys.argv[1:2] == ["--memory-only"]:   # keeps the first table as it was measured
-        kept = RESULTS.read_text().split("## What a worker holds")[0]
-        RESULTS.write_text(kept + memory_section())
+        kept = RESULTS.read_text().split("## What a worker holds")[0].rstrip()
+        RESULTS.write_text(kept + "\n" + memory_section())
         print(RESULTS.read_text())
     else:
         main()

@@ -47,7 +47,9 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
   an error the loop sees): it would repeat the order and the augmentations;
 * a worker reads a contiguous run of blocks: each shard is loaded once per rank and epoch,
   except the shards of the blocks that a boundary between two workers cuts (at most
-  ``num_workers - 1`` blocks per rank), which both workers load;
+  ``num_workers - 1`` blocks per rank), which both workers load. It holds the shards of at
+  most two blocks; ``block_bytes`` bounds a block in bytes on disk (64 shards of 1 MiB: 8
+  held, not 64, in ``benchmarks/results/reference_scale.md`` of the project it comes from);
 * a micro-batch mixes the shards of one block. That is the trade: a micro-batch comes from
   one worker, so it can mix every shard only if every worker reads every shard. With data
   smaller than one block per worker (the default block holds ``2**18`` samples), the
@@ -85,16 +87,14 @@ workers (the order would depend on timing, and ``checkpoint`` could not tell wha
 read); a DataLoader that batches when the dataset cannot see its ``batch_size``; a state
 that stops inside another epoch than the one set; a state from another configuration or
 another corpus (naming the shard); a ``StatefulDataLoader`` state loaded by another rank,
-world size, number of workers or batch size; a shard whose ``load`` returns another length
-than ``lengths`` declares.
+world size, number of workers or batch size; a state loaded while a DataLoader's persistent
+workers run (they hold the dataset as it was); a shard whose ``load`` returns another
+length than ``lengths`` declares.
 
-How others do it, from their installed sources. mosaicml-streaming 0.13 orders samples by
-``num_canonical_nodes`` and a resume skips the ``sample_in_epoch`` samples the world had
-read; its ``py1br`` blocks hold at least ``1 << 18`` samples (``streaming/base/dataset.py``,
-``streaming/base/shuffle/py1br.py``). litdata 0.2.76 rebuilds the first run's layout and
-drops the samples read, rounded down to whole global batches (``_setup_elastic_resume`` in
-``litdata/streaming/dataset.py``). This file keeps no initial layout: its resume point
-keeps the history of the layouts the epoch went through.
+How others do it, from their installed sources: mosaicml-streaming 0.13 orders samples by
+``num_canonical_nodes`` (``streaming/base/dataset.py``; its ``py1br`` blocks hold at least
+``1 << 18`` samples), litdata 0.2.76 by the first run's layout (``_setup_elastic_resume``).
+Here the resume point keeps the history of the layouts the epoch went through.
 
 The module needs only torch and numpy: copy it into your project.
 """
@@ -131,8 +131,8 @@ _SLOTS = _READ_TO_END + _MARKED_WORKERS
 _CHUNK = 4096   # sample ids computed at once, at most
 # Read of torch beyond its public API, tested on torch 2.13 only (see _caller_with): the
 # DataLoader that iterates, found up the call stack (sys._getframe), its fetcher's
-# ``auto_collation`` and ``dataset``, and ``_dataset``/``_dataset_kind`` of a loader that
-# reads this dataset through another. checkpoint(loader=...) relies on none of them.
+# ``auto_collation`` and ``dataset``, and ``_dataset``/``_dataset_kind`` of a loader's
+# iterator that reads this dataset through another. checkpoint(loader=...) needs none.
 
 
 class ShardedIterableDataset(IterableDataset):
@@ -165,9 +165,9 @@ class ShardedIterableDataset(IterableDataset):
         # Shared memory: set_epoch reaches persistent workers, and the workers tell the main
         # process how the loader iterates them (for checkpoint) and what they read.
         self._shared = torch.zeros(_SLOTS, dtype=torch.int64).share_memory_()
-        # Each worker's last pass: (its loader's seed, the pass, its epoch): see _pass_epoch.
         self._pass_marks = torch.zeros((_MARKED_WORKERS, 3), dtype=torch.int64).share_memory_()
-        # A worker's copy: passes it began, the epoch set and the states loaded at its copy.
+        # Each worker's last pass (its loader's seed, the pass, its epoch: see _pass_epoch);
+        # a worker's copy: passes it began, the epoch set and the states loaded at its copy.
         self._passes, self._local_epoch, self._loads = 0, None, 0
         self._resume: dict | None = None     # a loaded resume point, for its epoch only
         self._adopted_epoch = 0              # a worker's epoch from a state, when none is set
@@ -369,8 +369,8 @@ class ShardedIterableDataset(IterableDataset):
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`checkpoint` (any rank, any world size) or a worker's
         :meth:`state_dict` (same rank, world size, workers and loader batch size), made by
-        a dataset built with the same source (or more shards after it), seed, policy,
-        batch_size and block_size.
+        a dataset built with the same shards (or more after them), seed, policy, batch_size
+        and blocks. Load it before ``iter(loader)``: persistent workers refuse it later.
 
         A state applies to its own epoch and never moves the epoch you set. With another
         epoch set, a state saved after its epoch's last batch is ignored (the set epoch
@@ -553,19 +553,15 @@ class ShardedIterableDataset(IterableDataset):
                 "DataLoader(in_order=False) hands out batches in the order workers "
                 "finish them: the order would depend on timing, and checkpoint() could "
                 "not tell which batches were read. Use in_order=True (the default).")
-        info = get_worker_info()
-        if info is not None:     # read through another dataset?
-            wrapped = info.dataset is not self
-        else:
-            wrapped = not fetched and _caller_with(caller, "_dataset", "_dataset_kind") is not None
+        info = get_worker_info()   # read through another dataset? (a loader's iterator above)
+        wrapped = info.dataset is not self if info else \
+            not fetched and _caller_with(caller, "_dataset", "_dataset_kind") is not None
         self._record_loader(shape, wrapped)
         return shape
 
     def _record_loader(self, shape: LoaderShape, wrapped: bool = False) -> None:
-        self._shared[_WRAPPED] = int(wrapped)
-        self._shared[_WORKERS] = shape.num_workers + 1
-        self._shared[_LOADER_BATCH] = shape.batch_size or 0
-        self._shared[_DROP_LAST] = int(shape.drop_last)
+        self._shared[_WORKERS:_WARNED] = torch.tensor(
+            [shape.num_workers + 1, shape.batch_size or 0, int(shape.drop_last), int(wrapped)])
 
     def _recorded_loader(self) -> LoaderShape | None:
         workers, batch, drop_last = (int(v) for v in self._shared[_WORKERS:_WRAPPED])
@@ -614,10 +610,9 @@ class ShardedIterableDataset(IterableDataset):
     def _config(self, epoch: int) -> dict:
         shards = self._corpus(epoch)
         return {"lengths": shards.lengths.tolist(), "names": shards.names,
-                "fingerprints": shards.fingerprints, "seed": self.seed,
-                "shuffle": self.shuffle, "policy": self.policy,
-                "batch_size": self.batch_size, "block_size": self.block_size,
-                "block_bytes": self.block_bytes}
+                "fingerprints": shards.fingerprints, "seed": self.seed, "shuffle": self.shuffle,
+                "policy": self.policy, "batch_size": self.batch_size,
+                "block_size": self.block_size, "block_bytes": self.block_bytes}
 
     def _check_state(self, state: Any) -> None:
         """Refuse a state this dataset cannot resume, saying why."""
