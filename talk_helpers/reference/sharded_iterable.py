@@ -47,9 +47,8 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
   an error the loop sees): it would repeat the order and the augmentations;
 * a worker reads a contiguous run of blocks: each shard is loaded once per rank and epoch,
   except the shards of the blocks that a boundary between two workers cuts (at most
-  ``num_workers - 1`` blocks per rank), which both workers load. It holds the shards of at
-  most two blocks; ``block_bytes`` bounds a block in bytes on disk (64 shards of 1 MiB: 8
-  held, not 64, in ``benchmarks/results/reference_scale.md`` of the project it comes from);
+  ``num_workers - 1`` blocks per rank), which both workers load. It holds at most two
+  blocks; ``block_bytes`` bounds them on disk (``benchmarks/results/reference_scale.md``);
 * a micro-batch mixes the shards of one block. That is the trade: a micro-batch comes from
   one worker, so it can mix every shard only if every worker reads every shard. With data
   smaller than one block per worker (the default block holds ``2**18`` samples), the
@@ -163,11 +162,11 @@ class ShardedIterableDataset(IterableDataset):
         self.block_bytes: int | None = None
         self._shards = _Shards.of_source(source)
         # Shared memory: set_epoch reaches persistent workers, and the workers tell the main
-        # process how the loader iterates them (for checkpoint) and what they read.
+        # process how the loader iterates them (for checkpoint), what they read and each
+        # one's last pass (its loader's seed, the pass, its epoch: see _pass_epoch). A
+        # worker's own copy: the passes it began, the epoch set and the states loaded.
         self._shared = torch.zeros(_SLOTS, dtype=torch.int64).share_memory_()
         self._pass_marks = torch.zeros((_MARKED_WORKERS, 3), dtype=torch.int64).share_memory_()
-        # Each worker's last pass (its loader's seed, the pass, its epoch: see _pass_epoch);
-        # a worker's copy: passes it began, the epoch set and the states loaded at its copy.
         self._passes, self._local_epoch, self._loads = 0, None, 0
         self._resume: dict | None = None     # a loaded resume point, for its epoch only
         self._adopted_epoch = 0              # a worker's epoch from a state, when none is set
@@ -192,13 +191,10 @@ class ShardedIterableDataset(IterableDataset):
         The epoch shuffles the shard order, groups the shards into blocks (the shards that
         start within each ``block_size`` samples) and shuffles each block: a worker holds
         about one block of shards, and a micro-batch mixes one block. ``None``: one block
-        (a uniform shuffle of everything). ``block_bytes`` (for shards that are file paths)
-        groups them by their sizes on disk instead: a worker holds the shards of at most
-        two blocks (a micro-batch may straddle two), each under ``block_bytes`` plus one
-        shard. ``fingerprints`` (one string per shard, e.g. a
-        checksum): a state loads only onto shards with the same ones. A state knows each
-        shard by its length and its path (or range); other objects by their length only.
-        The other arguments are the constructor's.
+        (a uniform shuffle of everything). ``block_bytes``: blocks by the shard files'
+        sizes on disk instead; a worker holds at most two blocks, each under ``block_bytes``
+        plus one shard. A state knows a shard by its length, its path (or range) and its
+        ``fingerprints`` entry (e.g. a checksum). The other arguments are the constructor's.
         """
         shards = list(shards)
         counts = _shard_lengths(shards, lengths, load)
@@ -254,24 +250,21 @@ class ShardedIterableDataset(IterableDataset):
         except Exception as exc:
             if not again:
                 raise
-            # A persistent worker that raises here dies ("worker exited unexpectedly");
-            # raised at its first item, the DataLoader hands the error to the loop.
-            return _raise_at_first_item(exc)
+            # Raised here, a persistent worker would die ("worker exited unexpectedly"):
+            # raised by the first next(), it reaches the loop.
+            return iter(lambda error=exc: (_ for _ in ()).throw(error), None)
 
     def _pass_epoch(self, info: Any) -> int:
-        """The epoch of a worker's pass, the same in all its workers: a new worker's copy
-        holds the one set before ``iter(loader)``; a persistent worker reads the shared one
-        and agrees with its fellows (a later ``set_epoch`` waits, with a warning, or is
-        refused where a fellow reads it). A state loaded since the copy is refused."""
+        """The epoch of a worker's pass, one for all its workers: a new copy holds the one
+        set before ``iter(loader)``; a persistent worker agrees with its fellows (a later
+        ``set_epoch`` waits, with a warning). A state loaded since the copy is refused."""
         if int(self._shared[_LOADS]) != self._loads:
             raise RuntimeError(
                 "load_state_dict() came after this DataLoader's persistent workers started: "
                 "they hold the dataset as it was and would read the epoch again. Load the "
                 "state before the loader's first iter(), or build a new DataLoader after it")
-        now, first = self.epoch, not self._passes
-        self._passes += 1
-        set_then = first and int(self._shared[_EPOCH_SET]) and self._local_epoch is not None
-        epoch = self._local_epoch if set_then else now
+        now, first, self._passes = self.epoch, not self._passes, self._passes + 1
+        epoch = self._local_epoch if first and self._local_epoch is not None else now
         if info.id < _MARKED_WORKERS:
             mark = [(info.seed - info.id) % (1 << 62), self._passes]
             self._pass_marks[info.id] = torch.tensor([*mark, epoch])
@@ -414,7 +407,7 @@ class ShardedIterableDataset(IterableDataset):
                 self._orders.clear()
             shuffle_key = (self.seed, epoch) if self.shuffle else None
             sizes = np.array([os.path.getsize(s) for s in shards.sources]) \
-                if self.block_bytes else None   # each shard's size on disk
+                if self.block_bytes else shards.lengths   # what a block is counted in
             self._orders[key] = EpochOrder(shards.lengths, self.block_bytes or self.block_size,
                                            shuffle_key, sizes)
         return self._orders[key]
@@ -441,9 +434,8 @@ class ShardedIterableDataset(IterableDataset):
     # -- inside: one worker's items ----------------------------------------------------
 
     def _worker_items(self, worker: int, shape: LoaderShape, epoch: int | None = None):
-        """The items worker ``worker`` yields on this rank in ``epoch`` (default: the set
-        one): a function of the configuration, the epoch, the loader's shape and a loaded
-        resume point only."""
+        """The items worker ``worker`` yields on this rank in ``epoch`` (default: the set one):
+        a function of the configuration, the epoch, the loader's shape and a resume point."""
         epoch = self.epoch if epoch is None else epoch
         run = self._worker_run(epoch, worker, shape)
         rng = None
@@ -709,13 +701,13 @@ class EpochOrder:
 
     The shards are laid end to end, in an order shuffled by ``key`` (``None``: storage
     order, no shuffle); block ``b`` holds the shards whose start falls in
-    ``[b * block_size, (b + 1) * block_size)``, counted in samples or in ``sizes`` (one per
-    shard; ``block_size=None``: one block; no shuffle: one block per shard); each block's
+    ``[b * block_size, (b + 1) * block_size)``, counted in ``sizes`` (one per shard:
+    samples, or bytes; ``block_size=None``: one block; no shuffle: one per shard); each block's
     positions are permuted by their own :class:`KeyedPermutation`. O(shards) memory.
     """
 
     def __init__(self, lengths: np.ndarray, block_size: int | None,
-                 key: tuple[int, int] | None, sizes: np.ndarray | None = None) -> None:
+                 key: tuple[int, int] | None, sizes: np.ndarray) -> None:
         count = len(lengths)
         self.key = key
         self.offsets = _starts(lengths)              # each shard's first id (storage order)
@@ -728,8 +720,7 @@ class EpochOrder:
         elif block_size is None:     # one block: a uniform shuffle
             window = np.zeros(count, dtype=np.int64)
         else:
-            window = _starts((lengths if sizes is None else sizes)[self.shard_order])[:-1] \
-                // block_size
+            window = _starts(sizes[self.shard_order])[:-1] // block_size
         opens = np.r_[True, window[1:] != window[:-1]][:count]   # a shard opens a block
         self.block_starts = np.r_[self.starts[:-1][opens], self.starts[-1]].astype(np.int64)
         self.block_of_shard = np.empty(count, dtype=np.int64)
@@ -771,11 +762,9 @@ def resolve_rank_and_world(rank: int | None = None,
     """(rank, world_size): the arguments when given; else the process group when it is
     initialised; else the launcher's variables (see ``LAUNCHERS``); else (0, 1).
 
-    A launcher of as many processes as the group must give the group's rank, and no
-    launcher may have started more processes than the world holds (``srun -n 4`` around
-    four separate worlds of one would read everything four times); one that started fewer
-    (a task per node, each spawning a process per GPU) is consistent with it. A launcher
-    that names a world but not this process's rank is refused: all would be rank 0 of 1."""
+    A launcher of as many processes as the group must give its rank; none may start more
+    processes than the world holds (``srun -n 4`` around four worlds of one), fewer is fine
+    (a task per node spawning a process per GPU). A world without a rank is refused."""
     if (rank is None) != (world_size is None):
         raise ValueError("give both rank and world_size, or neither")
     if rank is None:
@@ -913,11 +902,6 @@ def batches_taken(consumed: int, counts: np.ndarray) -> np.ndarray:
     loader yields, taking one from each worker in turn (longer runs first)."""
     workers = np.arange(len(counts))
     return np.minimum(counts, np.maximum(0, -(-(consumed - workers) // len(counts))))
-
-
-def _raise_at_first_item(exc: Exception):
-    raise exc
-    yield   # a generator: the error comes at its first next()
 
 
 def _caller_with(frame, *attributes: str) -> Any:
@@ -1059,7 +1043,6 @@ class _Shards:
                  *, flat: bool = False, fingerprints: Sequence | None = None) -> None:
         self.sources, self.load, self.flat = sources, load, flat
         self.fingerprints = None if fingerprints is None else [str(f) for f in fingerprints]
-        # A shard's identity in a state: its path (or range); other objects by length only.
         self.names = [os.fspath(s) if isinstance(s, (str, os.PathLike)) else
                       repr(s) if isinstance(s, range) else None for s in sources]
         self.lengths = np.asarray(lengths, dtype=np.int64)
@@ -1084,9 +1067,8 @@ class _Shards:
         return "the source" if self.flat else f"shard {i} ({_describe(self.sources[i])})"
 
     def check_grown_from(self, saved: dict) -> None:
-        """Refuse a state saved on other shards (by length, name or fingerprint: one
-        re-ordered, renamed, replaced or inserted before them); shards added after the
-        saved ones are fine."""
+        """Refuse a state saved on other shards (by length, name, fingerprint; re-ordered,
+        inserted into); shards added after the saved ones are fine."""
         count = len(saved["lengths"])
         if count > len(self.lengths):
             raise ValueError(f"state comes from a corpus of {count} shards, and this "
