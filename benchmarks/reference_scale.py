@@ -17,7 +17,13 @@ collated as ``DataLoader(batch_size=256)`` would. The materialised row stops at 
 10**9 it needs 8 GB for the order alone, more than a shared machine can give.
 
 Runs alternate between rows; the table gives the median and the spread (min-max) of each.
-Written to ``benchmarks/results/reference_scale.md``.
+
+A second table measures the docstring's memory claim: one worker reads a whole epoch of
+64 shard files of 1 MiB (1,024 samples of 256 float32 each, loaded with ``np.load``), and
+records the most shards it held at once and the peak resident memory it gained. Rows: the
+default ``block_size`` (2**18 samples: all 65,536 are one block) and ``block_bytes=8 MiB``
+(at most two blocks of 8 MiB plus one shard each).
+Written to ``benchmarks/results/reference_scale.md`` (``--memory-only``: the second table).
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 RUNS = 5
@@ -36,6 +44,9 @@ SIZES = (10**6, 10**7, 10**8, 10**9)
 MATERIALISED_UP_TO = 10**8
 BATCH, WORLD = 256, 8
 RESULTS = Path(__file__).parent / "results" / "reference_scale.md"
+SHARDS, SHARD_SAMPLES, SAMPLE_FLOATS = 64, 1024, 256    # 1 MiB per shard
+MEMORY_ROWS = {"block_size=2**18 samples (the default)": {},
+               "block_bytes=8 MiB": {"block_bytes": 8 << 20}}
 ROWS = ("keyed permutation", "from_shards, 10,000 per shard",
         "samples as items, collated by 256", "materialised permutation")
 
@@ -83,10 +94,46 @@ def one_run(row: str, n: int) -> dict:
     return {"seconds": seconds, "extra_mb": peak_mb() - before}
 
 
-def measure(row: str, n: int) -> dict:
-    out = subprocess.run([sys.executable, "-m", "benchmarks.reference_scale", "--one", row,
-                          str(n)], capture_output=True, text=True, check=True)
+def memory_run(row: str, folder: str) -> dict:
+    """In this (fresh) process: one worker reads a whole epoch of the shard files."""
+    import numpy as np
+
+    from talk_helpers.reference.sharded_iterable import ShardedIterableDataset
+
+    paths = sorted(Path(folder).glob("*.npy"))
+    before = peak_mb()
+    ds = ShardedIterableDataset.from_shards(
+        paths, lengths=[SHARD_SAMPLES] * SHARDS, load=np.load, batch_size=BATCH, rank=0,
+        world_size=1, **MEMORY_ROWS[row])
+    ds.set_epoch(1)
+    held = 0
+    for _ in ds:
+        held = max(held, len(ds._shards.cache))   # the loaded shards the worker keeps
+    return {"held": held, "extra_mb": peak_mb() - before}
+
+
+def measure(*args) -> dict:
+    out = subprocess.run([sys.executable, "-m", "benchmarks.reference_scale", *map(str, args)],
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def memory_table() -> list[str]:
+    import numpy as np
+
+    folder = tempfile.mkdtemp()
+    try:
+        for i in range(SHARDS):
+            np.save(Path(folder) / f"{i:03d}.npy",
+                    np.zeros((SHARD_SAMPLES, SAMPLE_FLOATS), dtype=np.float32))
+        runs = {row: [] for row in MEMORY_ROWS}
+        for _ in range(RUNS):
+            for row in runs:
+                runs[row].append(measure("--memory", row, folder))
+    finally:
+        shutil.rmtree(folder)
+    return [f"| {row} | {spread([r['held'] for r in rs], 0)} | "
+            f"{spread([r['extra_mb'] for r in rs], 1)} |" for row, rs in runs.items()]
 
 
 def spread(values: list[float], digits: int) -> str:
@@ -100,7 +147,7 @@ def main() -> None:
                if row != "materialised permutation" or n <= MATERIALISED_UP_TO}
     for _ in range(RUNS):
         for key in results:
-            results[key].append(measure(*key))
+            results[key].append(measure("--one", *key))
             print(key, results[key][-1], flush=True)
     load_after = os.getloadavg()[0]
     lines = []
@@ -130,12 +177,38 @@ def main() -> None:
         "8 GB in every worker.",
         "",
     ])
-    print(table)
-    RESULTS.write_text(table)
+    RESULTS.write_text(table + memory_section())
+    print(RESULTS.read_text())
+
+
+def memory_section() -> str:
+    load_before = os.getloadavg()[0]
+    rows = memory_table()
+    return "\n".join([
+        "",
+        "## What a worker holds",
+        "",
+        f"One worker reads a whole epoch of {SHARDS} shard files of 1 MiB ({SHARD_SAMPLES} "
+        f"samples of {SAMPLE_FLOATS} float32), loaded with `np.load`, micro-batches of "
+        f"{BATCH}; {RUNS} runs per row in fresh interpreters, load average "
+        f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after. Median (min–max) of "
+        "the most shards it held at once and of the peak resident memory it gained.",
+        "",
+        "| blocks | shards held | extra memory, MB |",
+        "| --- | ---: | ---: |",
+        *rows,
+        "",
+    ])
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--one"]:
         print(json.dumps(one_run(sys.argv[2], int(sys.argv[3]))))
+    elif sys.argv[1:2] == ["--memory"]:
+        print(json.dumps(memory_run(sys.argv[2], sys.argv[3])))
+    elif sys.argv[1:2] == ["--memory-only"]:   # keeps the first table as it was measured
+        kept = RESULTS.read_text().split("## What a worker holds")[0].rstrip()
+        RESULTS.write_text(kept + "\n" + memory_section())
+        print(RESULTS.read_text())
     else:
         main()

@@ -597,8 +597,11 @@ def test_a_state_from_another_configuration_is_refused():
             ds.load_state_dict(state)
     with pytest.raises(ValueError, match="the source held 100 samples .* holds 99 now"):
         ShardedIterableDataset(99, batch_size=4, seed=1).load_state_dict(state)
-    with pytest.raises(ValueError, match="version 4"):
-        ShardedIterableDataset(100, batch_size=4, seed=1).load_state_dict({"version": 2})
+    with pytest.raises(ValueError, match="version 5"):
+        ShardedIterableDataset(100, batch_size=4, seed=1).load_state_dict({"epoch": 2})
+    with pytest.raises(ValueError, match="state has version 4, from an older copy .* knew "
+                                         "shards by length only"):
+        ShardedIterableDataset(100, batch_size=4, seed=1).load_state_dict({**state, "version": 4})
 
 
 def test_rank_comes_from_the_environment_at_construction(monkeypatch):

@@ -15,7 +15,7 @@ from talk_helpers.reference.sharded_iterable import (
     resolve_rank_and_world,
 )
 
-EVERY_VARIABLE = [name for _, *names in LAUNCHERS for name in names] + [
+EVERY_VARIABLE = sorted({name for _, rank, sizes in LAUNCHERS for name in (rank, *sizes)}) + [
     "SLURM_STEP_ID", "LOCAL_RANK"]
 
 ENVIRONMENTS = {
@@ -40,6 +40,15 @@ ENVIRONMENTS = {
     "torchrun inside srun": ({"RANK": "5", "WORLD_SIZE": "8", "SLURM_PROCID": "1",
                               "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0"}, (5, 8)),
     "a world of one named": ({"WORLD_SIZE": "1"}, (0, 1)),
+    "mpiexec of MPICH or Intel MPI": ({"PMI_RANK": "3", "PMI_SIZE": "4"}, (3, 4)),
+    # Intel MPI's mpirun in a batch script starts one proxy per node with srun.
+    "Intel MPI's mpirun under SLURM": ({"PMI_RANK": "5", "PMI_SIZE": "8", "SLURM_PROCID": "1",
+                                        "SLURM_NTASKS": "2", "SLURM_STEP_ID": "0"}, (5, 8)),
+    "srun --mpi=pmix, no Open MPI": ({"PMIX_RANK": "2", "SLURM_PROCID": "2",
+                                      "SLURM_NTASKS": "4", "SLURM_STEP_ID": "0"}, (2, 4)),
+    "Open MPI 5's mpirun -n 8 in a batch script of 16": (
+        {"PMIX_RANK": "5", "OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
+         "SLURM_PROCID": "0", "SLURM_NTASKS": "16"}, (5, 8)),
 }
 
 REFUSALS = {
@@ -54,6 +63,11 @@ REFUSALS = {
         r"SLURM_NTASKS=4\) says rank 3 of 4: the 4 processes started by the outer one"),
     "a rank that is not a number": ({"RANK": "one", "WORLD_SIZE": "2"},
                                     "RANK must be an int, got 'one'"),
+    "PMI_SIZE without PMI_RANK": ({"PMI_SIZE": "4"}, "PMI_RANK=None, PMI_SIZE=4"),
+    "srun -n 4 around mpiexec worlds of one": (
+        {"PMI_RANK": "0", "PMI_SIZE": "1", "SLURM_PROCID": "3", "SLURM_NTASKS": "4",
+         "SLURM_STEP_ID": "0"}, r"MPICH or Intel MPI \(PMI_RANK=0, PMI_SIZE=1\) says rank 0 "
+                                r"of 1, SLURM .* says rank 3 of 4"),
 }
 
 
@@ -125,3 +139,50 @@ def test_two_srun_tasks_read_each_sample_once_between_them():
     assert [(rank, world) for _, rank, world, _ in results] == [(0, 2), (1, 2)]
     read = results[0][3] + results[1][3]
     assert len(read) == len(set(read)) == 40, "one sample dropped, the others once"
+
+
+def _a_process_of_a_task_per_node(rank: int, world: int, tasks: int, store: str, queue) -> None:
+    """One of the processes that a task of ``srun -n tasks`` spawned (one per GPU), in a
+    group of ``world``, built after init_process_group."""
+    os.environ.update(SLURM_PROCID=str(rank * tasks // world), SLURM_NTASKS=str(tasks),
+                      SLURM_STEP_ID="0")
+    for name in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "PMI_RANK", "PMI_SIZE", "PMIX_RANK"):
+        os.environ.pop(name, None)
+    torch.distributed.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                                         world_size=world)
+    try:
+        ds = ShardedIterableDataset(41, batch_size=4, seed=3)
+        ds.set_epoch(1)
+        queue.put((rank, ds.rank, ds.world_size, ids(ds)))
+    except ValueError as exc:
+        queue.put((rank, None, None, str(exc)))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def spawned_worlds(world: int, tasks: int, tmp_path) -> list:
+    context = mp.get_context("fork")
+    queue = context.Queue()
+    processes = [context.Process(target=_a_process_of_a_task_per_node,
+                                 args=(r, world, tasks, str(tmp_path / "store"), queue))
+                 for r in range(world)]
+    for process in processes:
+        process.start()
+    results = sorted(queue.get(timeout=120) for _ in processes)
+    for process in processes:
+        process.join(timeout=60)
+    return results
+
+
+def test_a_group_of_4_spawned_by_2_srun_tasks_reads_each_sample_once(tmp_path):
+    results = spawned_worlds(4, 2, tmp_path)
+    assert [(rank, world) for _, rank, world, _ in results] == [(r, 4) for r in range(4)]
+    read = [i for *_, part in results for i in part]
+    assert len(read) == len(set(read)) == 40, "one sample dropped, the others once"
+
+
+def test_a_group_smaller_than_the_launchers_world_is_refused_naming_both(tmp_path):
+    results = spawned_worlds(2, 4, tmp_path)
+    assert all(rank is None for _, rank, _, _ in results)
+    assert "the process group says rank 0 of 2, SLURM" in results[0][3]

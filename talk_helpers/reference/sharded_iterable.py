@@ -40,13 +40,15 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
   repeats (policy ``"pad"``, fewer than ``world_size``); every rank yields ``len(ds)``
   items, so DDP cannot hang on the data. ``DataLoader(drop_last=True)`` leaves out each
   rank's last partial batch as well (the dataset does not deal it);
-* ``set_epoch`` reaches persistent workers too (shared memory); a second pass over a
-  shuffled epoch that a pass already read to its end, with no ``set_epoch`` between them,
-  warns once (raises with ``strict=True``): it would repeat the order and the
-  augmentations;
+* ``set_epoch`` reaches persistent workers too (shared memory), and every worker of a pass
+  reads the epoch set before ``iter(loader)``: one set after it waits for the next
+  iterator, with a warning. A second pass over a shuffled epoch that a pass already read
+  to its end, with no ``set_epoch`` between them, warns once (raises with ``strict=True``,
+  an error the loop sees): it would repeat the order and the augmentations;
 * a worker reads a contiguous run of blocks: each shard is loaded once per rank and epoch,
   except the shards of the blocks that a boundary between two workers cuts (at most
-  ``num_workers - 1`` blocks per rank), which both workers load;
+  ``num_workers - 1`` blocks per rank), which both workers load. It holds at most two
+  blocks; ``block_bytes`` bounds them on disk (``benchmarks/results/reference_scale.md``);
 * a micro-batch mixes the shards of one block. That is the trade: a micro-batch comes from
   one worker, so it can mix every shard only if every worker reads every shard. With data
   smaller than one block per worker (the default block holds ``2**18`` samples), the
@@ -70,37 +72,28 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
   - elastic: when every rank took the same ``k`` batches, ``checkpoint(k)`` from any rank
     loads on any rank of a world of any size; the new world deals what nobody read yet.
   - a corpus that grows: a checkpoint taken on ``n`` shards loads onto shards whose first
-    ``n`` keep their lengths; the resumed epoch reads what the saved epoch had not read,
-    and the new shards join from the next epoch.
+    ``n`` keep their lengths, paths (or ranges) and ``fingerprints``; the resumed epoch
+    reads what the saved epoch had not read, and the new shards join from the next epoch.
 
 Where the rank comes from (:func:`resolve_rank_and_world`): the arguments, else the process
-group when initialised, else the launcher that started the process: torchrun (``RANK``,
-``WORLD_SIZE``), Open MPI (``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``), SLURM's srun
-(``SLURM_PROCID``, ``SLURM_NTASKS``), the innermost first (torchrun inside srun, mpirun
-inside a batch script), else a world of one. Sources that cannot all be right are an error
-that names them.
+group when initialised (the launchers are checked against it), else the launcher that
+started the process (``LAUNCHERS``: torchrun, Open MPI, MPICH or Intel MPI, PMIx, SLURM's
+srun), the innermost first, else a world of one. Sources that cannot all be right are an
+error that names them.
 
 What it refuses, with an error that says why: ``DataLoader(in_order=False)`` with several
 workers (the order would depend on timing, and ``checkpoint`` could not tell what was
 read); a DataLoader that batches when the dataset cannot see its ``batch_size``; a state
 that stops inside another epoch than the one set; a state from another configuration or
 another corpus (naming the shard); a ``StatefulDataLoader`` state loaded by another rank,
-world size, number of workers or batch size; a shard whose ``load`` returns another length
-than ``lengths`` declares.
+world size, number of workers or batch size; a state loaded while a DataLoader's persistent
+workers run (they hold the dataset as it was); a shard whose ``load`` returns another
+length than ``lengths`` declares.
 
-How others do it, from their installed sources. mosaicml-streaming's ``StreamingDataset``
-(0.13) orders samples by ``num_canonical_nodes`` (by default the first run's node count),
-so its order survives a change of world size, and a resume skips the ``sample_in_epoch``
-samples the world had read. Its default shuffle is ``py1e``; its fixed-block ``py1br``
-draws each block's size in (0.75, 1.25) × ``shuffle_block_size``, which defaults to
-``max(4_000_000 // num_canonical_nodes, 1 << 18)`` (``streaming/base/dataset.py``,
-``streaming/base/shuffle/py1br.py``). Here blocks start at shard boundaries and default to
-``2**18`` samples. litdata (0.2.76) resumes elastically too: it rebuilds the epoch's stream
-as the first run laid it out (``initial_world_size``, ``initial_num_workers``,
-``initial_batch_size``), drops the samples the world had read (``sample_in_epoch``, rounded
-down to whole global batches of the new world) and deals the rest to the new world
-(``_setup_elastic_resume`` in ``litdata/streaming/dataset.py``). This file keeps no initial
-layout: its resume point keeps the history of the layouts the epoch went through.
+How others do it, from their installed sources: mosaicml-streaming 0.13 orders samples by
+``num_canonical_nodes`` (``streaming/base/dataset.py``; its ``py1br`` blocks hold at least
+``1 << 18`` samples), litdata 0.2.76 by the first run's layout (``_setup_elastic_resume``).
+Here the resume point keeps the history of the layouts the epoch went through.
 
 The module needs only torch and numpy: copy it into your project.
 """
@@ -115,25 +108,30 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
-from torch.utils.data._utils.collate import default_collate
+from torch.utils.data import IterableDataset, default_collate, get_worker_info
 
 POLICIES = ("drop", "pad")
-STATE_VERSION = 4
+STATE_VERSION = 5   # 5: shards known by name and fingerprint, not only by length
 DEFAULT_BLOCK_SIZE = 1 << 18    # samples shuffled together (mosaicml-streaming's floor)
 FEISTEL_ROUNDS = 6
-# (launcher, its rank variable, its world size variable): the innermost launcher first.
-LAUNCHERS = (("torchrun", "RANK", "WORLD_SIZE"),
-             ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-             ("SLURM", "SLURM_PROCID", "SLURM_NTASKS"))
+# (launcher, rank variable, world size variables), innermost first. PMIx has no size variable.
+LAUNCHERS = (("torchrun", "RANK", ("WORLD_SIZE",)),
+             ("Open MPI", "OMPI_COMM_WORLD_RANK", ("OMPI_COMM_WORLD_SIZE",)),
+             ("MPICH or Intel MPI", "PMI_RANK", ("PMI_SIZE",)),
+             ("PMIx", "PMIX_RANK", ("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")),
+             ("SLURM", "SLURM_PROCID", ("SLURM_NTASKS",)))
 # Slots of the shared-memory tensor that every copy of one dataset sees (workers included),
 # then one per worker (the first _MARKED_WORKERS of them): the epoch + 1 it last read to the
-# end of its run.
-_EPOCH, _EPOCH_SET, _WORKERS, _LOADER_BATCH, _DROP_LAST, _WRAPPED, _WARNED = range(7)
-_READ_TO_END = 7
+# end of its run. _LOADS counts the states loaded in the main process.
+_EPOCH, _EPOCH_SET, _WORKERS, _LOADER_BATCH, _DROP_LAST, _WRAPPED, _WARNED, _LOADS = range(8)
+_READ_TO_END = 8
 _MARKED_WORKERS = 64
 _SLOTS = _READ_TO_END + _MARKED_WORKERS
 _CHUNK = 4096   # sample ids computed at once, at most
+# Read of torch beyond its public API, tested on torch 2.13 only (see _caller_with): the
+# DataLoader that iterates, found up the call stack (sys._getframe), its fetcher's
+# ``auto_collation`` and ``dataset``, and ``_dataset``/``_dataset_kind`` of a loader's
+# iterator that reads this dataset through another. checkpoint(loader=...) needs none.
 
 
 class ShardedIterableDataset(IterableDataset):
@@ -161,10 +159,15 @@ class ShardedIterableDataset(IterableDataset):
         self.shuffle, self.seed, self.policy = bool(shuffle), int(seed), policy
         self.transform, self.collate_fn, self.strict = transform, collate_fn, bool(strict)
         self.block_size: int | None = None
+        self.block_bytes: int | None = None
         self._shards = _Shards.of_source(source)
         # Shared memory: set_epoch reaches persistent workers, and the workers tell the main
-        # process how the loader iterates them (for checkpoint) and what they read.
+        # process how the loader iterates them (for checkpoint), what they read and each
+        # one's last pass (its loader's seed, the pass, its epoch: see _pass_epoch). A
+        # worker's own copy: the passes it began, the epoch set and the states loaded.
         self._shared = torch.zeros(_SLOTS, dtype=torch.int64).share_memory_()
+        self._pass_marks = torch.zeros((_MARKED_WORKERS, 3), dtype=torch.int64).share_memory_()
+        self._passes, self._local_epoch, self._loads = 0, None, 0
         self._resume: dict | None = None     # a loaded resume point, for its epoch only
         self._adopted_epoch = 0              # a worker's epoch from a state, when none is set
         self._rotation = 0                   # the worker that reads run 0 (load_state_dict)
@@ -176,6 +179,7 @@ class ShardedIterableDataset(IterableDataset):
     def from_shards(cls, shards: Sequence, *, lengths: Sequence[int] | None = None,
                     load: Callable[[Any], Sequence] | None = None,
                     block_size: int | None = DEFAULT_BLOCK_SIZE,
+                    block_bytes: int | None = None, fingerprints: Sequence[str] | None = None,
                     **kwargs: Any) -> ShardedIterableDataset:
         """A dataset over ``shards``: ``load(shard)`` returns a shard's samples (e.g. a file
         path → array; ``np.load(path, mmap_mode="r")`` keeps it on disk); without ``load``
@@ -187,15 +191,26 @@ class ShardedIterableDataset(IterableDataset):
         The epoch shuffles the shard order, groups the shards into blocks (the shards that
         start within each ``block_size`` samples) and shuffles each block: a worker holds
         about one block of shards, and a micro-batch mixes one block. ``None``: one block
-        (a uniform shuffle of everything). The other arguments are the constructor's.
+        (a uniform shuffle of everything). ``block_bytes``: blocks by the shard files'
+        sizes on disk instead; a worker holds at most two blocks, each under ``block_bytes``
+        plus one shard. A state knows a shard by its length, its path (or range) and its
+        ``fingerprints`` entry (e.g. a checksum). The other arguments are the constructor's.
         """
         shards = list(shards)
         counts = _shard_lengths(shards, lengths, load)
+        if fingerprints is not None and len(fingerprints) != len(shards):
+            raise ValueError(f"fingerprints must hold one string per shard ({len(shards)}), "
+                             f"got {len(fingerprints)}")
         _check_int("block_size", block_size, low=1, allow_none=True,
                    meaning="None (one block) or an int ≥ 1 (samples shuffled together)")
+        _check_int("block_bytes", block_bytes, low=1, allow_none=True)
+        if block_bytes and not all(isinstance(s, (str, os.PathLike)) for s in shards):
+            raise ValueError("block_bytes needs shards that are file paths (their sizes on "
+                             "disk make the blocks); pass block_size= (samples) instead")
         self = cls(0, **kwargs)
-        self._shards = _Shards(shards, counts, load)
+        self._shards = _Shards(shards, counts, load, fingerprints=fingerprints)
         self.block_size = None if block_size is None else int(block_size)
+        self.block_bytes = None if block_bytes is None else int(block_bytes)
         return self
 
     # -- what a training loop uses -------------------------------------------------
@@ -210,6 +225,7 @@ class ShardedIterableDataset(IterableDataset):
         if epoch != self.epoch:
             self._shared[_READ_TO_END:] = 0
         self._shared[_EPOCH], self._shared[_EPOCH_SET] = epoch, 1
+        self._local_epoch = epoch
 
     @property
     def epoch(self) -> int:
@@ -225,9 +241,47 @@ class ShardedIterableDataset(IterableDataset):
     def __iter__(self):
         info = get_worker_info()
         worker, num_workers = (0, 0) if info is None else (info.id, info.num_workers)
-        shape = self._loader_shape(sys._getframe(1), num_workers)
-        self._notice_a_repeated_epoch(worker)
-        return self._worker_items(worker, shape)
+        again = self._passes > 0    # a persistent worker's second pass, or later
+        try:
+            shape = self._loader_shape(sys._getframe(1), num_workers)
+            epoch = self.epoch if info is None else self._pass_epoch(info)
+            self._notice_a_repeated_epoch(worker, epoch)
+            return self._worker_items(worker, shape, epoch)
+        except Exception as exc:
+            if not again:
+                raise
+            # Raised here, a persistent worker would die ("worker exited unexpectedly"):
+            # raised by the first next(), it reaches the loop.
+            return iter(lambda error=exc: (_ for _ in ()).throw(error), None)
+
+    def _pass_epoch(self, info: Any) -> int:
+        """The epoch of a worker's pass, one for all its workers: a new copy holds the one
+        set before ``iter(loader)``; a persistent worker agrees with its fellows (a later
+        ``set_epoch`` waits, with a warning). A state loaded since the copy is refused."""
+        if int(self._shared[_LOADS]) != self._loads:
+            raise RuntimeError(
+                "load_state_dict() came after this DataLoader's persistent workers started: "
+                "they hold the dataset as it was and would read the epoch again. Load the "
+                "state before the loader's first iter(), or build a new DataLoader after it")
+        now, first, self._passes = self.epoch, not self._passes, self._passes + 1
+        epoch = self._local_epoch if first and self._local_epoch is not None else now
+        if info.id < _MARKED_WORKERS:
+            mark = [(info.seed - info.id) % (1 << 62), self._passes]
+            self._pass_marks[info.id] = torch.tensor([*mark, epoch])
+            fellows = self._pass_marks[:min(info.num_workers, _MARKED_WORKERS)]
+            others = set(fellows[(fellows[:, :2] == torch.tensor(mark)).all(1), 2].tolist())
+            others = others - {epoch} if not first else set()   # a new copy holds its own
+            if others and (epoch != now or len(others) > 1):
+                raise RuntimeError(f"set_epoch({now}) came after iter(loader): the workers "
+                                   f"would mix epochs. Call set_epoch before iter(loader)")
+            if others:
+                epoch = others.pop()
+                self._pass_marks[info.id, 2] = epoch
+        if epoch != now:
+            warnings.warn(f"set_epoch({now}) came after iter(loader): this iterator reads "
+                          f"epoch {epoch}, the next one epoch {now}", RuntimeWarning,
+                          stacklevel=2)
+        return epoch
 
     # -- what it promises, as numbers ----------------------------------------------
 
@@ -308,8 +362,8 @@ class ShardedIterableDataset(IterableDataset):
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`checkpoint` (any rank, any world size) or a worker's
         :meth:`state_dict` (same rank, world size, workers and loader batch size), made by
-        a dataset built with the same source (or more shards after it), seed, policy,
-        batch_size and block_size.
+        a dataset built with the same shards (or more after them), seed, policy, batch_size
+        and blocks. Load it before ``iter(loader)``: persistent workers refuse it later.
 
         A state applies to its own epoch and never moves the epoch you set. With another
         epoch set, a state saved after its epoch's last batch is ignored (the set epoch
@@ -323,6 +377,8 @@ class ShardedIterableDataset(IterableDataset):
             return
         if get_worker_info() is None:
             self._shared[_EPOCH], self._shared[_EPOCH_SET] = epoch, 1
+            self._shared[_LOADS] += 1
+            self._local_epoch, self._loads = epoch, int(self._shared[_LOADS])
         else:   # a worker never moves the epoch that every process shares
             self._adopted_epoch = epoch
         self._resume = {"epoch": epoch, "shards": len(state["config"]["lengths"]),
@@ -350,7 +406,10 @@ class ShardedIterableDataset(IterableDataset):
             if len(self._orders) > 2:
                 self._orders.clear()
             shuffle_key = (self.seed, epoch) if self.shuffle else None
-            self._orders[key] = EpochOrder(shards.lengths, self.block_size, shuffle_key)
+            sizes = np.array([os.path.getsize(s) for s in shards.sources]) \
+                if self.block_bytes else shards.lengths   # what a block is counted in
+            self._orders[key] = EpochOrder(shards.lengths, self.block_bytes or self.block_size,
+                                           shuffle_key, sizes)
         return self._orders[key]
 
     def _ids(self, epoch: int, positions: np.ndarray) -> np.ndarray:
@@ -374,10 +433,10 @@ class ShardedIterableDataset(IterableDataset):
 
     # -- inside: one worker's items ----------------------------------------------------
 
-    def _worker_items(self, worker: int, shape: LoaderShape):
-        """The items worker ``worker`` yields on this rank this epoch: a function of the
-        configuration, the epoch, the loader's shape and a loaded resume point only."""
-        epoch = self.epoch
+    def _worker_items(self, worker: int, shape: LoaderShape, epoch: int | None = None):
+        """The items worker ``worker`` yields on this rank in ``epoch`` (default: the set one):
+        a function of the configuration, the epoch, the loader's shape and a resume point."""
+        epoch = self.epoch if epoch is None else epoch
         run = self._worker_run(epoch, worker, shape)
         rng = None
         if self.transform is not None:
@@ -486,26 +545,19 @@ class ShardedIterableDataset(IterableDataset):
                 "DataLoader(in_order=False) hands out batches in the order workers "
                 "finish them: the order would depend on timing, and checkpoint() could "
                 "not tell which batches were read. Use in_order=True (the default).")
-        info = get_worker_info()
-        if info is not None:     # read through another dataset?
-            wrapped = info.dataset is not self
-        else:
-            wrapped = not fetched and _caller_with(caller, "_dataset", "_dataset_kind") is not None
+        info = get_worker_info()   # read through another dataset? (a loader's iterator above)
+        wrapped = info.dataset is not self if info else \
+            not fetched and _caller_with(caller, "_dataset", "_dataset_kind") is not None
         self._record_loader(shape, wrapped)
         return shape
 
     def _record_loader(self, shape: LoaderShape, wrapped: bool = False) -> None:
-        self._shared[_WRAPPED] = int(wrapped)
-        self._shared[_WORKERS] = shape.num_workers + 1
-        self._shared[_LOADER_BATCH] = shape.batch_size or 0
-        self._shared[_DROP_LAST] = int(shape.drop_last)
+        self._shared[_WORKERS:_WARNED] = torch.tensor(
+            [shape.num_workers + 1, shape.batch_size or 0, int(shape.drop_last), int(wrapped)])
 
     def _recorded_loader(self) -> LoaderShape | None:
-        if not int(self._shared[_WORKERS]):
-            return None
-        return LoaderShape(int(self._shared[_WORKERS]) - 1,
-                           int(self._shared[_LOADER_BATCH]) or None,
-                           bool(self._shared[_DROP_LAST]), True)
+        workers, batch, drop_last = (int(v) for v in self._shared[_WORKERS:_WRAPPED])
+        return LoaderShape(workers - 1, batch or None, bool(drop_last), True) if workers else None
 
     def _checkpoint_loader(self, batches: int, num_workers: int | None,
                            loader: Any) -> LoaderShape:
@@ -525,14 +577,13 @@ class ShardedIterableDataset(IterableDataset):
                              "pass loader= only if that dataset passes the items on one for one")
         return recorded or LoaderShape(0, None, False, True)
 
-    def _notice_a_repeated_epoch(self, worker: int) -> None:
+    def _notice_a_repeated_epoch(self, worker: int, epoch: int) -> None:
         """Warn once (raise, ``strict=True``) when ``worker`` starts a pass over a shuffled
         epoch that it already read to its end in a pass before: the loop forgot
         ``set_epoch``, and the pass would repeat the order and the augmentations.
         (Unshuffled, a second pass is usually an evaluation, and a transform may well be
         deterministic: no word.) Each worker asks only its own mark: on a busy machine a
         worker may start after the other workers of the same pass have read their runs."""
-        epoch = self.epoch
         if worker >= _MARKED_WORKERS or not self.shuffle \
                 or int(self._shared[_READ_TO_END + worker]) != epoch + 1:
             return
@@ -549,21 +600,28 @@ class ShardedIterableDataset(IterableDataset):
     # -- inside: the checks on a state ---------------------------------------------------
 
     def _config(self, epoch: int) -> dict:
-        return {"lengths": self._corpus(epoch).lengths.tolist(), "seed": self.seed,
-                "shuffle": self.shuffle, "policy": self.policy,
-                "batch_size": self.batch_size, "block_size": self.block_size}
+        shards = self._corpus(epoch)
+        return {"lengths": shards.lengths.tolist(), "names": shards.names,
+                "fingerprints": shards.fingerprints, "seed": self.seed, "shuffle": self.shuffle,
+                "policy": self.policy, "batch_size": self.batch_size,
+                "block_size": self.block_size, "block_bytes": self.block_bytes}
 
     def _check_state(self, state: Any) -> None:
         """Refuse a state this dataset cannot resume, saying why."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise ValueError("state was not made by ShardedIterableDataset.state_dict() "
-                             f"or .checkpoint() (version {STATE_VERSION})")
+        version = state.get("version") if isinstance(state, dict) else None
+        if version != STATE_VERSION:
+            raise ValueError(
+                f"state has version {version}, from an older copy of this file that knew "
+                f"shards by length only: finish its epoch with that copy, or start afresh"
+                if isinstance(version, int) and version < STATE_VERSION else "state was not "
+                f"made by ShardedIterableDataset.state_dict() or .checkpoint() (version "
+                f"{STATE_VERSION})")
         saved, now = state["config"], self._config(-1)
         differ = [f"{k}: saved {saved.get(k)!r}, now {v!r}" for k, v in now.items()
-                  if k != "lengths" and saved.get(k) != v]
+                  if k not in ("lengths", "names", "fingerprints") and saved.get(k) != v]
         if differ:
             raise ValueError("state comes from a different configuration: " + "; ".join(differ))
-        self._shards.check_grown_from(saved["lengths"])
+        self._shards.check_grown_from(saved)
         if "worker_id" in state:
             _check_worker_state(state, self.rank, self.world_size)
 
@@ -643,13 +701,13 @@ class EpochOrder:
 
     The shards are laid end to end, in an order shuffled by ``key`` (``None``: storage
     order, no shuffle); block ``b`` holds the shards whose start falls in
-    ``[b * block_size, (b + 1) * block_size)`` (``block_size=None``: one block; no shuffle:
-    one block per shard); the positions of each block are permuted by their own
-    :class:`KeyedPermutation`. Only per-shard tables are built: O(shards) memory.
+    ``[b * block_size, (b + 1) * block_size)``, counted in ``sizes`` (one per shard:
+    samples, or bytes; ``block_size=None``: one block; no shuffle: one per shard); each block's
+    positions are permuted by their own :class:`KeyedPermutation`. O(shards) memory.
     """
 
     def __init__(self, lengths: np.ndarray, block_size: int | None,
-                 key: tuple[int, int] | None) -> None:
+                 key: tuple[int, int] | None, sizes: np.ndarray) -> None:
         count = len(lengths)
         self.key = key
         self.offsets = _starts(lengths)              # each shard's first id (storage order)
@@ -662,7 +720,7 @@ class EpochOrder:
         elif block_size is None:     # one block: a uniform shuffle
             window = np.zeros(count, dtype=np.int64)
         else:
-            window = self.starts[:-1] // block_size
+            window = _starts(sizes[self.shard_order])[:-1] // block_size
         opens = np.r_[True, window[1:] != window[:-1]][:count]   # a shard opens a block
         self.block_starts = np.r_[self.starts[:-1][opens], self.starts[-1]].astype(np.int64)
         self.block_of_shard = np.empty(count, dtype=np.int64)
@@ -704,10 +762,9 @@ def resolve_rank_and_world(rank: int | None = None,
     """(rank, world_size): the arguments when given; else the process group when it is
     initialised; else the launcher's variables (see ``LAUNCHERS``); else (0, 1).
 
-    The process group must agree with the innermost launcher, and no outer launcher may
-    have started more processes than the world holds (``srun -n 4`` around four separate
-    worlds of one would read everything four times). A launcher that names a world but
-    not this process's rank is refused too: every rank would read as rank 0 of 1."""
+    A launcher of as many processes as the group must give its rank; none may start more
+    processes than the world holds (``srun -n 4`` around four worlds of one), fewer is fine
+    (a task per node spawning a process per GPU). A world without a rank is refused."""
     if (rank is None) != (world_size is None):
         raise ValueError("give both rank and world_size, or neither")
     if rank is None:
@@ -720,14 +777,13 @@ def resolve_rank_and_world(rank: int | None = None,
 
 def _rank_and_world_of_this_job() -> tuple[int, int]:
     dist = torch.distributed
-    group = None
+    sources = _launchers_of_this_process(incomplete_ok=dist.is_available()
+                                         and dist.is_initialized())
     if dist.is_available() and dist.is_initialized():
         group = ("the process group", dist.get_rank(), dist.get_world_size())
-    sources = _launchers_of_this_process(incomplete_ok=group is not None)
-    if group is not None:
-        if sources and sources[0][1:] != group[1:]:
+        if sources and sources[0][2] == group[2] and sources[0][1] != group[1]:
             raise _disagreement(group, sources[0], "the group was initialised with "
-                                "another world than the launcher's")
+                                "other ranks than the launcher's")
         sources.insert(0, group)
     if not sources:
         return 0, 1
@@ -744,9 +800,11 @@ def _launchers_of_this_process(incomplete_ok: bool) -> list[tuple[str, int, int]
     A SLURM batch script (no ``SLURM_STEP_ID``; rank 0) is one process, not a world. A
     launcher that names a world but not the rank is refused, unless ``incomplete_ok``."""
     found = []
-    for name, rank_var, world_var in LAUNCHERS:
+    for name, rank_var, world_vars in LAUNCHERS:
+        world_var = next((v for v in world_vars if v in os.environ), world_vars[0])
         rank, world = os.environ.get(rank_var), os.environ.get(world_var)
-        if name == "SLURM" and "SLURM_STEP_ID" not in os.environ and rank in (None, "0"):
+        if name == "SLURM" and "SLURM_STEP_ID" not in os.environ and rank in (None, "0") \
+                or name == "PMIx" and rank is None:
             continue
         if rank is None and world is None:
             continue
@@ -982,8 +1040,11 @@ class _Shards:
     block it reads, and nothing else."""
 
     def __init__(self, sources: list, lengths: np.ndarray, load: Callable | None,
-                 flat: bool = False) -> None:
+                 *, flat: bool = False, fingerprints: Sequence | None = None) -> None:
         self.sources, self.load, self.flat = sources, load, flat
+        self.fingerprints = None if fingerprints is None else [str(f) for f in fingerprints]
+        self.names = [os.fspath(s) if isinstance(s, (str, os.PathLike)) else
+                      repr(s) if isinstance(s, range) else None for s in sources]
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.offsets = _starts(self.lengths)
         self.total = int(self.offsets[-1])
@@ -998,24 +1059,36 @@ class _Shards:
         return cls([source], [len(source)], None, flat=True)
 
     def first(self, count: int) -> _Shards:
-        return self if count == len(self.lengths) else \
-            _Shards(self.sources[:count], self.lengths[:count], self.load)
+        return self if count == len(self.lengths) else _Shards(
+            self.sources[:count], self.lengths[:count], self.load,
+            fingerprints=self.fingerprints and self.fingerprints[:count])
 
     def name(self, i: int) -> str:
         return "the source" if self.flat else f"shard {i} ({_describe(self.sources[i])})"
 
-    def check_grown_from(self, saved: list[int]) -> None:
-        """Refuse a state saved on other shards; shards added after them are fine."""
-        if len(saved) > len(self.lengths):
-            raise ValueError(f"state comes from a corpus of {len(saved)} shards, and this "
+    def check_grown_from(self, saved: dict) -> None:
+        """Refuse a state saved on other shards (by length, name, fingerprint; re-ordered,
+        inserted into); shards added after the saved ones are fine."""
+        count = len(saved["lengths"])
+        if count > len(self.lengths):
+            raise ValueError(f"state comes from a corpus of {count} shards, and this "
                              f"one has {len(self.lengths)}: shards may be added after the "
                              f"saved ones, never removed")
-        for i, then in enumerate(saved):
-            if int(self.lengths[i]) != then:
+        prints = (saved["fingerprints"] or [None] * count, self.fingerprints or [None] * count)
+        for i in range(count):
+            was, now = ({"samples": int(lengths[i]), "name": names[i], "fingerprint": f[i]}
+                        for lengths, names, f in ((saved["lengths"], saved["names"], prints[0]),
+                                                  (self.lengths, self.names, prints[1])))
+            for what in [k for k in was if was[k] != now[k]][:1]:
+                change = f"held {was[what]} samples when the state was saved and holds " \
+                    f"{now[what]} now" if what == "samples" else f"had the {what} " \
+                    f"{was[what]!r} when the state was saved and has {now[what]!r} now"
+                moved = [j for j, n in enumerate(self.names) if n and n == was["name"]]
                 raise ValueError(
-                    f"state comes from a different corpus: {self.name(i)} held {then} "
-                    f"samples when the state was saved and holds {int(self.lengths[i])} now. "
-                    f"A state loads onto the same shards, or onto more shards after them")
+                    f"state comes from a different corpus: {self.name(i)} {change}"
+                    + (f" (the saved one is shard {moved[0]} now)" if moved else "")
+                    + ". A state loads onto the same shards in the same order, or onto more "
+                    "shards after them")
 
     def batch(self, ids: np.ndarray, shards: np.ndarray, collate_fn: Callable):
         """The samples ``ids`` (of ``shards``) as one batch, read a shard at a time."""
@@ -1073,6 +1146,8 @@ class _Shards:
         return {**self.__dict__, "cache": {}}
 
 
+
+
 def _shard_lengths(shards: list, lengths: Sequence[int] | None,
                    load: Callable | None) -> np.ndarray:
     """The shards' lengths, counted when not given, checked when they can be."""
@@ -1095,7 +1170,6 @@ def _shard_lengths(shards: list, lengths: Sequence[int] | None,
 
 
 # -- small helpers --------------------------------------------------------------------------
-
 
 
 def _check_int(name: str, value: Any, *, low: int, high: int | None = None,
