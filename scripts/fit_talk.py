@@ -14,8 +14,8 @@ talk.css (the talk's sizes, RISE loads <notebook>.css for that notebook alone) a
 Only the copies are written; notebooks/ is never touched.
 
 RISE loads the lab extensions of one folder (the Makefile's RISE_FLAGS): `make talk` copies
-EXTENSION there, the talk's steps (one Shift+Enter per step, a sign while a cell runs; see
-its static/remoteEntry.js).
+the talk's steps there (scripts/slides_template/rise-extension: one Shift+Enter per step, a
+sign while a cell runs).
 """
 
 import importlib.util
@@ -33,7 +33,6 @@ build_slides = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(build_slides)
 
 TEMPLATES = build_slides.TEMPLATES
-EXTENSION = TEMPLATES / "rise-extension"
 # RISE's settings (notebook metadata "rise"): the deck's size, no margin to scale into,
 # no transition or theme that loads web fonts, Space steps through fragments and slides.
 RISE = {"width": build_slides.WIDTH, "height": build_slides.HEIGHT, "margin": 0,
@@ -41,7 +40,7 @@ RISE = {"width": build_slides.WIDTH, "height": build_slides.HEIGHT, "margin": 0,
         "transition": "none", "controls": True, "progress": True, "slideNumber": False,
         "enable_chalkboard": False, "start_slideshow_at": "beginning",
         "show_buttons_on_startup": False}
-# The talk's steps (EXTENSION) choose the cell to run next; RISE's own choice after each
+# The talk's steps choose the cell to run next; RISE's own choice after each
 # slide change (the first code cell of the slide or fragment shown) would undo theirs.
 TALK_RISE = {"controls": False, "auto_select": "none"}
 
