@@ -9,8 +9,8 @@ same notebook in RISE as `make talk` opens it.
   outputs.
 * Run live, one key per step: RISE on a fresh kernel, Shift+Enter alone from the first
   slide (whose cell starts the talk's set-up) to the last runs every code cell once, in
-  order; each result appears on screen after the press that ran it, never before; a sign
-  shows while a cell runs.
+  order; each result appears on screen after the press that ran it, never before, within
+  the same floors; a sign shows while a cell runs.
 
 Screenshots of every state land in tests/browser/screenshots/talk/.
 """
@@ -250,7 +250,7 @@ def test_shift_enter_alone_walks_the_talk_and_shows_each_result_after_its_press(
     expected, folder = stored_outputs(), shots("rise-live")
     last = max(k for k, cell in enumerate(nbformat.read(TALK, as_version=4).cells)
                if build_slides.slide_type(cell) not in ("notes", "skip"))
-    ran, early, missing, busy_seen, presses, active = [], [], [], False, 0, -1
+    ran, early, missing, floors, busy_seen, presses, active = [], [], [], [], False, 0, -1
     while active != last and presses < 3 * len(expected):
         before = page.evaluate(CELLS_JS)
         early += [k for k, cell in enumerate(before)
@@ -267,6 +267,8 @@ def test_shift_enter_alone_walks_the_talk_and_shows_each_result_after_its_press(
             ran.append(active)
         page.wait_for_function(KERNEL_IDLE_JS, timeout=CELL_TIMEOUT_MS, polling=100)
         after = page.evaluate(CELLS_JS)
+        floors += [f"after cell {active}: {problem}"  # the live results, as the room sees them
+                   for problem in build_slides.probe_state(page, FLOORS)["problems"]]
         if expected[active] and not after[active]["shown"]:
             missing.append(active)
             page.screenshot(path=str(folder / f"missing-{active}.png"))
@@ -283,6 +285,7 @@ def test_shift_enter_alone_walks_the_talk_and_shows_each_result_after_its_press(
     assert not missing, f"results not on screen after their press: cells {missing}"
     assert [k for k in code if cells[k]["output"]] == [k for k in code if expected[k]]
     assert not [k for k in code if cells[k]["error"]], "a cell raised an error"
+    assert not floors, "\n".join(floors)
     assert figures >= MIN_FIGURES, f"{figures} figures drawn from runs"
     assert busy_seen, "no sign while a cell ran"
     assert not watch.problems, "\n".join(watch.problems)
