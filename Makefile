@@ -92,24 +92,32 @@ imgs: $(STAMP)
 	$(BIN)/python -m talk_helpers.diagrams imgs/
 
 # Presenting with RISE saves the notebook it shows: present from a copy (trusted, so that
-# its stored outputs render), fitted to 1280x720 with the decks' slide breaks. RISE's slide
-# show is an app of its own, built on JupyterLab 4.0: the lab's extensions (built for 4.6)
-# fail to load into it, so it gets none (RISE_FLAGS).
-RISE_FLAGS := --ServerApp.root_dir=build/talk --RiseApp.labextensions_path=$(CURDIR)/build/talk/no-extensions
+# its stored outputs render), fitted to 1280x720 with the decks' slide breaks; the talk's
+# copy has no outputs (each answer appears when its cell runs). RISE's slide show is an app
+# of its own, built on JupyterLab 4.0: the lab's extensions (built for 4.6) fail to load
+# into it, so it gets only the talk's steps, plain JavaScript (RISE_FLAGS, fit_talk.py).
+# `make talk`: every kernel (a restart too) starts with the talk's start method and
+# definition cells (IPYTHONDIR: talk_helpers.notebook.talk.prepare_kernel).
+RISE_FLAGS := --ServerApp.root_dir=build/talk --RiseApp.labextensions_path=$(CURDIR)/build/talk/extensions \
+	--LabApp.extra_labextensions_path=$(CURDIR)/build/talk/extensions
+RISE_COPY := rm -rf build/talk && mkdir -p build/talk && cp -r notebooks imgs build/talk/ \
+	&& cp -r scripts/slides_template/rise-extension build/talk/extensions \
+	&& cp -r scripts/slides_template/ipython build/talk/ipython
 present: $(STAMP)
-	rm -rf build/talk && mkdir -p build/talk/no-extensions && cp -r notebooks imgs build/talk/
+	$(RISE_COPY)
 	$(BIN)/python scripts/fit_talk.py build/talk/notebooks
 	$(BIN)/jupyter trust build/talk/notebooks/*.ipynb
 	$(BIN)/jupyter lab $(LAB_FLAGS) $(RISE_FLAGS) build/talk/notebooks/00_index.ipynb
 
 # The talk in RISE, straight into the slide show on a fresh kernel: its first slide's cell,
-# start_talk(), starts the workers and two ranks (Space: next; Shift+Enter runs a cell).
+# start_talk(), starts the workers and two ranks. Shift+Enter is the one key: each press
+# shows the next cell and runs it (docs/talk.md).
 talk: $(STAMP)
-	rm -rf build/talk && mkdir -p build/talk/no-extensions && cp -r notebooks imgs build/talk/
+	$(RISE_COPY)
 	$(BIN)/python scripts/fit_talk.py build/talk/notebooks/talk.ipynb
 	$(BIN)/jupyter trust build/talk/notebooks/talk.ipynb
-	@echo "First slide: Shift+Enter on start_talk() while you introduce the talk."
-	$(BIN)/jupyter lab $(LAB_FLAGS) $(RISE_FLAGS) --ServerApp.default_url=/rise/notebooks/talk.ipynb
+	@echo "Shift+Enter steps through the talk; the second press runs start_talk() (docs/talk.md)."
+	IPYTHONDIR=$(CURDIR)/build/talk/ipython $(BIN)/jupyter lab $(LAB_FLAGS) $(RISE_FLAGS) --ServerApp.default_url=/rise/notebooks/talk.ipynb
 
 # Every cell of the talk on four paths (fork, forkserver, spawn as on Windows, the talk's
 # own path on a Mac), side by side, with what the room sees where a demo is slow.

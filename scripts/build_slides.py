@@ -3,11 +3,12 @@ work offline.
 
 Usage: python scripts/build_slides.py [OUTDIR]   (default build/slides)
 
-Writes OUTDIR/talk.slides.html (notebooks/talk.ipynb, sized for the back of a room: code
-24 px, prose 28 px, output 20 px) and OUTDIR/NN_name.slides.html for each notebook
-(self-study decks: code and output 18 px). The decks load reveal.js, require.js, jQuery
-and MathJax from OUTDIR/vendor/, filled once from the npm registry (`npm pack`, pinned
-versions) and reused afterwards, and an emoji font from OUTDIR/fonts/.
+Writes OUTDIR/talk.slides.html (notebooks/talk.ipynb, sized for the back of a room: code,
+output and figure text 24 px, prose 28 px, a report's verdict line only) and
+OUTDIR/NN_name.slides.html for each notebook (self-study decks: code and output 18 px).
+The decks load reveal.js, require.js, jQuery and MathJax from OUTDIR/vendor/, filled once
+from the npm registry (`npm pack`, pinned versions) and reused afterwards, and an emoji
+font from OUTDIR/fonts/.
 
 Each notebook is prepared in memory (the files are never touched): a failing cell shows
 only its last error line, a widget shows its stored PNG (never its repr) and the text
@@ -19,7 +20,9 @@ the bottom edge (never right after a heading, nor after a markdown cell that ope
 one), then a lone cell's outputs go to a slide of their own, and a lone markdown cell,
 code cell, table or printed output is cut in two. Every continuation keeps its section's
 heading, and the time mark of its notes where they have one. The talk's deck has no
-navigation arrows (the speaker steps with keys; arrows would cover the slide's corner).
+navigation arrows (the speaker steps with keys; arrows would cover the slide's corner),
+and shows each code cell first and its outputs as the next fragment, as the room sees
+them live.
 Fitting needs Chromium (/usr/bin/chromium, `make chromium`): without it the build stops.
 """
 
@@ -43,7 +46,7 @@ FIT_PASSES = 12
 TALK = "talk"  # notebooks/talk.ipynb: the conference talk
 # Smallest text as rendered, in CSS pixels at 1280x720 (absent: not held to a floor).
 FLOORS = {
-    "talk": {"code": 24, "prose": 28, "output": 20, "figure": 18},
+    "talk": {"code": 24, "prose": 28, "output": 24, "figure": 24},
     "deck": {"code": 18},
 }
 PROBE_JS = (TEMPLATES / "probe.js").read_text()
@@ -66,7 +69,7 @@ EXTERNAL = re.compile(r"""<(?:script|link|img)[^>]+(?:src|href)=["'](?:https?:)?
 ORIGIN = "slides_origin"  # index of the notebook cell a prepared cell came from
 CONTINUED = "slides-continued"  # a heading or notes the fitter repeats on a continuation
 REPEAT_HEADINGS = "slides_repeat_headings"  # notebook metadata: continuations keep headings
-TIME_MARK = re.compile(r"\*\*(\d+:\d\d)\*\*")  # a time mark in speaker notes: **0:27**
+TIME_MARK = re.compile(r"\*\*(\d+:\d\d)\*\*")  # in speaker notes, minutes:seconds: **27:30**
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # An instruction to use a widget, said over its still picture: "Move the sliders", "Drag
 # the slider or press play".
@@ -425,7 +428,7 @@ def slide_heading(nb, cell) -> str | None:
 
 
 def time_mark(nb, cell) -> str | None:
-    """The time mark (``**0:27**``) of the speaker notes of the section CELL belongs to:
+    """The time mark (``**27:30**``) of the speaker notes of the section CELL belongs to:
     the first notes cell after its heading."""
     index = nb.cells.index(cell)
     start = next((k for k in range(index, -1, -1) if opens_with_heading(nb.cells[k])), 0)
@@ -560,7 +563,8 @@ def render_deck(nb, path: Path, talk: bool = False) -> None:
     exporter = SlidesExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)],
                               reveal_transition="none", **ASSET_URLS)
     sheets = ["fit.css", "talk.css"] if talk else ["fit.css"]
-    body, _ = exporter.from_notebook_node(nb, resources={"deck_css": sheets})
+    body, _ = exporter.from_notebook_node(nb, resources={"deck_css": sheets,
+                                                         "outputs_as_fragments": talk})
     body = body.replace(f"height: {HEIGHT},", f"height: {HEIGHT}, margin: 0, center: false,", 1)
     body = body.replace("function(Reveal, RevealNotes){",  # tests and the fit drive Reveal
                         "function(Reveal, RevealNotes){ window.Reveal = Reveal;", 1)

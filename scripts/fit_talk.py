@@ -1,5 +1,6 @@
 """Prepare notebook copies for RISE (jupyterlab-rise) at 1280x720: the slide breaks of the
-offline decks, RISE settings, the decks' text sizes and the emoji font.
+offline decks, RISE settings, the decks' text sizes and the emoji font; the talk's copy
+also loses its stored outputs, so that the room sees each answer when the speaker runs it.
 
 Usage: python scripts/fit_talk.py build/talk/notebooks/talk.ipynb   (`make talk`)
        python scripts/fit_talk.py build/talk/notebooks              (`make present`: all)
@@ -11,6 +12,10 @@ live notebook, so a deck slide that needed them may run long in RISE; the talk n
 Next to the copies go rise.css (the decks' sizes, for every notebook of the folder),
 talk.css (the talk's sizes, RISE loads <notebook>.css for that notebook alone) and fonts/.
 Only the copies are written; notebooks/ is never touched.
+
+RISE loads the lab extensions of one folder (the Makefile's RISE_FLAGS): `make talk` copies
+the talk's steps there (scripts/slides_template/rise-extension: one Shift+Enter per step, a
+sign while a cell runs).
 """
 
 import importlib.util
@@ -35,6 +40,9 @@ RISE = {"width": build_slides.WIDTH, "height": build_slides.HEIGHT, "margin": 0,
         "transition": "none", "controls": True, "progress": True, "slideNumber": False,
         "enable_chalkboard": False, "start_slideshow_at": "beginning",
         "show_buttons_on_startup": False}
+# The talk's steps choose the cell to run next; RISE's own choice after each
+# slide change (the first code cell of the slide or fragment shown) would undo theirs.
+TALK_RISE = {"controls": False, "auto_select": "none"}
 
 
 def copy_breaks(fitted, original) -> int:
@@ -79,9 +87,19 @@ def fit_copy(path: Path, browser, decks: Path) -> None:
     if browser is not None:
         _, fitted = build_slides.build_fitted(path, decks, browser)
         print(f"{path.name}: {copy_breaks(fitted, original)} slide break(s) added")
-    settings = {**RISE, "controls": not build_slides.is_talk(path)}  # the talk: keys only
+    talk = build_slides.is_talk(path)
+    settings = {**RISE, **(TALK_RISE if talk else {})}  # the talk: keys only
     original.metadata["rise"] = {**original.metadata.get("rise", {}), **settings}
+    if talk:
+        without_outputs(original)
     nbformat.write(original, path)
+
+
+def without_outputs(nb) -> None:
+    """Clear every code cell's outputs and count: each answer appears when its cell runs."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
 
 
 def copy_styles(folder: Path) -> None:

@@ -159,10 +159,10 @@ def test_no_deck_names_a_source_document_by_its_file_code():
     assert [c.source for c in build_slides.prepare(nb).cells] == ["# Title", "A hang."]
 
 
-def test_the_talk_is_a_deck_of_its_own_with_the_floors_of_the_back_of_the_room():
+def test_the_talk_is_a_deck_of_its_own_with_no_text_under_24_px_for_the_back_of_the_room():
     talk = build_slides.deck_notebooks()[0]
     assert talk.name == "talk.ipynb"
-    assert build_slides.floors_for(talk) == {"code": 24, "prose": 28, "output": 20, "figure": 18}
+    assert build_slides.floors_for(talk) == {"code": 24, "prose": 28, "output": 24, "figure": 24}
     assert build_slides.floors_for(ROOT / "notebooks/02_workers_and_sharding.ipynb") == {
         "code": 18}
 
@@ -194,9 +194,10 @@ def _sections(nb) -> list[list]:
     return sections
 
 
-def _minutes(mark: str) -> int:
-    hours, minutes = mark.split(":")
-    return int(hours) * 60 + int(minutes)
+def _minutes(mark: str) -> float:
+    """A time mark, minutes:seconds into the talk, in minutes."""
+    minutes, seconds = mark.split(":")
+    return int(minutes) + int(seconds) / 60
 
 
 def test_every_slide_of_the_talk_has_speaker_notes_that_open_with_a_time_mark():
@@ -206,11 +207,38 @@ def test_every_slide_of_the_talk_has_speaker_notes_that_open_with_a_time_mark():
         assert all(re.match(r"\*\*\d+:\d\d\*\*", n) for n in notes), notes
 
 
-def test_the_talks_time_marks_rise_and_end_by_0_32_of_a_35_minute_slot():
+def test_the_talks_time_marks_rise_and_end_by_32_00_of_a_35_minute_slot():
     notes = [c.source for c in _talk().cells if build_slides.slide_type(c) == "notes"]
     marks = [_minutes(m) for n in notes for m in build_slides.TIME_MARK.findall(n)]
     assert marks == sorted(marks)
-    assert 28 <= marks[-1] <= 32, f"the talk ends at {marks[-1] // 60}:{marks[-1] % 60:02d}"
+    assert 28 <= marks[-1] <= 32, f"the talk ends at minute {marks[-1]:.1f}"
+
+
+def _weight(section) -> int:
+    """What a slide asks of the speaker: the words of its prose and notes, and ten per line
+    of code (read, run, explained)."""
+    words = sum(len(re.sub(r"<img[^>]*>", "", c.source).split())
+                for c in section if c.cell_type == "markdown")
+    code = sum(1 for c in section if c.cell_type == "code"
+               for line in c.source.splitlines() if line.strip())
+    return words + 10 * code
+
+
+def test_each_slide_gets_minutes_in_proportion_to_its_words_and_code_and_none_gets_zero():
+    sections = _sections(_talk())
+    starts = [_minutes(build_slides.TIME_MARK.search(
+        next(c.source for c in s if build_slides.slide_type(c) == "notes")).group(1))
+        for s in sections]
+    end = max(_minutes(m) for c in _talk().cells if build_slides.slide_type(c) == "notes"
+              for m in build_slides.TIME_MARK.findall(c.source))
+    minutes = [b - a for a, b in zip(starts, [*starts[1:], end], strict=True)]
+    weights = [_weight(s) for s in sections]
+    shares = [end * w / sum(weights) for w in weights]
+    assert min(minutes) > 0, [s[0].source.splitlines()[0] for s, m in
+                              zip(sections, minutes, strict=True) if m <= 0]
+    off = [(s[0].source.splitlines()[0], m, round(share, 1)) for s, m, share
+           in zip(sections, minutes, shares, strict=True) if abs(m - share) > 0.75]
+    assert not off, off
 
 
 def test_no_slide_of_the_talk_shows_a_cell_magic():
@@ -233,13 +261,13 @@ def test_the_talk_runs_its_set_up_on_its_first_slide_and_hides_no_cell():
     assert first_code in _sections(nb)[0]
 
 
-def test_the_talks_last_slide_names_the_collection_with_its_qr_code():
+def test_the_talks_last_slide_closes_on_three_lines_with_the_collections_qr_code():
     from talk_helpers.diagrams.talk_figures import qr_code
+    from talk_helpers.notebook.address import repository_url
 
-    readme = (ROOT / "README.md").read_text()
-    repository = re.search(r"mybinder\.org/v2/gh/([\w.-]+/[\w.-]+)/", readme).group(1)
-    address = f"https://github.com/{repository}"
+    address = repository_url()
     last = [c for c in _talk().cells if build_slides.slide_type(c) == "slide"][-1]
+    assert len([line for line in last.source.splitlines() if line.startswith("## ")]) == 3
     assert address.removeprefix("https://") in last.source
     (uri,) = re.findall(r'src="(data:image/svg\+xml;base64,[^"]+)"', last.source)
     assert base64.b64decode(uri.split(",", 1)[1]).decode() == qr_code(address, scale=8)
@@ -351,3 +379,15 @@ def test_a_self_study_deck_spends_no_room_on_repeated_headings():
     build_slides.make_subslides(nb, {"c2"})
     assert [c.source for c in nb.cells] == ["## Files", "files = 4", "audit(files)"]
     assert build_slides.slide_type(nb.cells[2]) == "subslide"
+
+
+def test_the_talk_deck_shows_a_code_cell_first_and_its_outputs_as_the_next_fragment(tmp_path):
+    nb = _cells(("m", "## Two", "slide"), ("c", "1 + 1", "-"))
+    nb.cells[1].outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "2"},
+                                                  execution_count=1)]
+    fragment = re.compile(r'<div class="fragment">\s*<div class="jp-Cell-outputWrapper"')
+    talk, deck = tmp_path / "talk.slides.html", tmp_path / "deck.slides.html"
+    build_slides.render_deck(nb, talk, talk=True)
+    build_slides.render_deck(nb, deck)
+    assert len(fragment.findall(talk.read_text())) == 1
+    assert not fragment.findall(deck.read_text())

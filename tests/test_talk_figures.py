@@ -12,7 +12,7 @@ import torch  # noqa: E402
 
 from talk_helpers.diagrams import talk_figures  # noqa: E402
 
-FLOOR_PX = 18  # the talk's floor for figure text, in CSS pixels
+FLOOR_PX = 24  # the talk's floor for any text on a slide, in CSS pixels
 SLIDE_PX = 1248  # the width a slide gives its content
 
 
@@ -34,7 +34,7 @@ DICT_BATCHES = [{"id": torch.tensor([0, 1]), "worker": torch.tensor([0, 0])},
     lambda: talk_figures.worker_reads(PAIRS, n_ids=4),
     lambda: talk_figures.classes_per_batch([[0, 1], [2, 3]], [0, 0, 1, 1], n_classes=2),
 ], ids=["worker_reads", "classes_per_batch"])
-def test_every_text_of_a_talk_figure_is_at_least_18_px_on_the_slide(figure):
+def test_every_text_of_a_talk_figure_is_at_least_24_px_on_the_slide(figure):
     width, sizes = _svg_sizes(figure()._repr_svg_())
     assert width <= SLIDE_PX
     assert sizes and min(sizes) >= FLOOR_PX, sorted(sizes)[:3]

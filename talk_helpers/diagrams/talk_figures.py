@@ -1,5 +1,5 @@
 """The talk's figures at slide size: drawn from real runs by the collection's own diagram
-functions, with every text at least 18 px on a 1280x720 slide, as SVG (a browser, and the
+functions, with every text at least 24 px on a 1280x720 slide, as SVG (a browser, and the
 decks' tests, can measure SVG text; a PNG's cannot be measured).
 
     from talk_helpers.diagrams.talk_figures import worker_reads, classes_per_batch
@@ -24,7 +24,7 @@ from talk_helpers.diagrams.workers import assignment_grid
 
 __all__ = ["FONT_PT", "SlideFigure", "classes_per_batch", "qr_code", "worker_reads"]
 
-FONT_PT = 14        # 18.7 px: above the talk's floor of 18 px for figure text
+FONT_PT = 18        # 24 px: the talk's floor for any text on a slide
 WIDTH_IN = 12.4     # 1190 px of the slide's 1248
 MARKER_PT = 11      # the "missing" triangles, seen from the back of the room
 _SVG = {"svg.fonttype": "none", "svg.hashsalt": "what-could-go-wrong"}  # text as text; fixed ids
@@ -72,7 +72,7 @@ def classes_per_batch(batches: Sequence, classes: Sequence[int], *, n_classes: i
     shown = [[int(i) for i in batch] for batch in batches[:max_batches]]
     figure = Figure(figsize=(WIDTH_IN * 0.62, 3.8), layout="constrained")
     class_mix([(title, shown)], list(classes), n_classes, max_batches=max_batches, fig=figure)
-    # the colour bar's label, in lines short enough to stay inside the figure at 14 pt
+    # the colour bar's label, in lines short enough to stay inside the figure at 18 pt
     figure.axes[-1].set_ylabel("samples of the class\n(white: none)")
     seen = [len({classes[i] for i in batch}) for batch in shown]
     summary = (f"classes per batch, first {len(shown)} batches: "

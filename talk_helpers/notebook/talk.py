@@ -3,24 +3,19 @@
 It does what every notebook's first cell does (:func:`talk_helpers.notebook.setup_notebook`),
 then makes the demos answer at once on the speaker's laptop:
 
-* **the start method the talk takes** (:func:`talk_start_method`): the platform's own
-  (``TALK_START_METHOD``, else Python's default), except where that is spawn and the
-  platform has forkserver (macOS): there the talk takes forkserver, whose server imports
-  torch once and forks every DataLoader worker and rank from it. A platform without
-  forkserver (Windows; ``TALK_NO_FORKSERVER=1`` here) keeps spawn: every worker is a new
-  interpreter importing torch, and a demo with workers takes seconds;
-* **everything started now, not during a demo**: matplotlib (a first figure), the
-  workers' server (forkserver) and a warm world of two ranks
-  (:mod:`talk_helpers.runtime.warm`) in which each rank has started DataLoader workers
-  once (its own workers' server, under forkserver) and wrapped a DDP model once (DDP's
-  imports);
-* **definition cells that workers can import**: a cell that only defines things (imports,
-  classes, functions, constants) runs as an ``%%importable`` cell
-  (:mod:`talk_helpers.notebook.cells`) without the magic line on the slide, so a dataset
-  defined on a slide reaches workers and ranks under every start method;
-* figures drawn for the projector (:mod:`talk_helpers.diagrams.talk_figures`).
+* **the start method the talk takes** (:func:`talk_start_method`): the platform's own,
+  except forkserver where that is spawn and forkserver exists (macOS): its server imports
+  torch once and forks every worker and rank. Without forkserver (Windows;
+  ``TALK_NO_FORKSERVER=1`` here) spawn stays, and a demo with workers takes seconds;
+* **definition cells that workers can import**: a cell that only defines things runs as an
+  ``%%importable`` cell (:mod:`talk_helpers.notebook.cells`) without the magic line on the
+  slide. These two are :func:`prepare_kernel`, which `make talk` runs as every kernel starts;
+* **everything started now, not during a demo**: matplotlib (a first figure), the workers'
+  server and a warm world of two ranks (:mod:`talk_helpers.runtime.warm`) that have started
+  DataLoader workers and wrapped a DDP model once.
 
-Nothing here runs at import: only :func:`start_talk` changes the kernel.
+Nothing here runs at import: only :func:`start_talk` and :func:`prepare_kernel` change the
+kernel.
 """
 
 from __future__ import annotations
@@ -30,8 +25,8 @@ import os
 import time
 from dataclasses import dataclass
 
-__all__ = ["NO_FORKSERVER_ENV", "TalkReady", "definitions_only", "start_talk",
-           "talk_start_method"]
+__all__ = ["NO_FORKSERVER_ENV", "TalkReady", "definitions_only", "prepare_kernel",
+           "start_talk", "talk_start_method"]
 
 NO_FORKSERVER_ENV = "TALK_NO_FORKSERVER"  # "1": act as a platform without forkserver
 WORLD_SIZE = 2
@@ -49,8 +44,7 @@ class TalkReady:
     seconds: float
 
     def __repr__(self) -> str:
-        return (f"✔ ready: DataLoader workers and a world of {self.world_size} ranks, "
-                "started")
+        return f"✔ ready: DataLoader workers and a world of {self.world_size} ranks, started"
 
     def _repr_html_(self) -> str:
         from talk_helpers.verdicts.render import verdict_html
@@ -67,30 +61,35 @@ def talk_start_method(platform_method: str | None = None) -> str:
     from talk_helpers.runtime.start_method import requested_start_method
 
     method = platform_method or requested_start_method() or multiprocessing.get_start_method()
-    if method == "spawn" and _has_forkserver():
-        return "forkserver"
-    return method
+    return "forkserver" if method == "spawn" and _has_forkserver() else method
 
 
 def start_talk(seed: int = 0) -> TalkReady:
     """Set the kernel up for the talk (see the module docstring); takes a few seconds."""
+    started = time.monotonic()
+    method, platform_method = prepare_kernel(seed)
+    _warm_up()
+    return TalkReady(method, platform_method, WORLD_SIZE, time.monotonic() - started)
+
+
+def prepare_kernel(seed: int = 0) -> tuple[str, str]:
+    """The talk's start method and definition cells, at once: the demos work before (or
+    without) ``start_talk()`` and after a restart. Returns the method taken and the
+    platform's own."""
     import torch.multiprocessing as mp
 
     from talk_helpers.notebook import setup_notebook
     from talk_helpers.runtime.start_method import ENV_VAR, apply_start_method, start_forkserver
 
-    started = time.monotonic()
     setup_notebook(seed)
     platform_method = mp.get_start_method()
     method = talk_start_method(platform_method)
-    if method != platform_method:
-        # The ranks and their workers read the same switch as this kernel.
+    if method != platform_method:  # the ranks and their workers read the same switch
         os.environ[ENV_VAR] = method
         apply_start_method()
         start_forkserver()
     _enable_definition_cells()
-    _warm_up()
-    return TalkReady(method, platform_method, WORLD_SIZE, time.monotonic() - started)
+    return method, platform_method
 
 
 def definitions_only(source: str) -> bool:
@@ -121,16 +120,14 @@ def definitions_only(source: str) -> bool:
 def _has_forkserver() -> bool:
     import multiprocessing
 
-    if os.environ.get(NO_FORKSERVER_ENV, "").strip() == "1":
-        return False
-    return "forkserver" in multiprocessing.get_all_start_methods()
+    return (os.environ.get(NO_FORKSERVER_ENV, "").strip() != "1"
+            and "forkserver" in multiprocessing.get_all_start_methods())
 
 
 def _constant(node) -> bool:
-    if node is None:
-        return True
     try:
-        ast.literal_eval(node)
+        if node is not None:
+            ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False
     return True
@@ -141,9 +138,8 @@ def _as_importable(lines: list[str]) -> list[str]:
     from talk_helpers.notebook.cells import MAGIC
 
     source = "".join(lines)
-    if source.lstrip().startswith("%") or not definitions_only(source):
-        return lines
-    return [f"%%{MAGIC}\n", *lines]
+    plain = source.lstrip().startswith("%") or not definitions_only(source)
+    return lines if plain else [f"%%{MAGIC}\n", *lines]
 
 
 def _enable_definition_cells() -> None:
