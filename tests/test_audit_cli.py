@@ -303,7 +303,7 @@ def test_under_torchrun_a_hanging_rank_ends_at_the_deadline(project):
     assert doc["error"]["progress"]["0"] == "epoch 1: gathering every rank's results"
     assert doc["error"]["progress"]["1"].startswith("epoch 0: building the loader")
     assert "--steps N" in doc["error"]["hint"]
-    assert time.monotonic() - started < 10 + 30
+    assert time.monotonic() - started < time_limit_s(10 + 20, interpreters=3)
 
 
 @pytest.mark.distributed
