@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from talk_helpers.arguments import require_int
+from talk_helpers.arguments import check_choice, require_int
 from talk_helpers.checks.audit_results import NothingToShow, audit_failed
 from talk_helpers.checks.verdict import table_html, verdict_html
 from talk_helpers.model.dataloader import loader_batches
@@ -38,8 +38,7 @@ def simulate(shard_sizes: Sequence[int], *, nodes: int, workers: int, micro_batc
     _check_int("micro_batch_size", micro_batch_size, 1)
     if not isinstance(drop_last, bool | np.bool_):
         raise TypeError(f"drop_last must be True or False, got {drop_last!r}")
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    check_choice("policy", policy, POLICIES)
 
     streams = worker_streams(sizes, nodes=nodes, workers=workers, policy=policy)
     batches = [loader_batches(per_worker, micro_batch_size, bool(drop_last))
