@@ -493,9 +493,9 @@ def test_pip_puts_the_command_on_path_beside_python_m():
 
 
 def readme_example(which: int = 1) -> tuple[str, list[list[str]]]:
-    """The README's ``which``-th example module (1: ``my_project/data.py``, 2:
+    """The audit manual's ``which``-th example module (1: ``my_project/data.py``, 2:
     ``my_project/more.py``) and the audit commands shown after it that use it."""
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "audit.md").read_text()
     section = text.split("## Check your loader before a long run")[1].split("\n## ")[0]
     code = section.split("```python\n")[which].split("```")[0]
     shell = section.split("```python\n")[which].split("```bash\n")[1].split("```")[0]
