@@ -48,3 +48,16 @@ def test_the_readme_links_the_audits_manual_and_the_speakers_guide():
 def test_paragraphs_skip_code_tables_and_headings():
     page = "# Title\n\nOne two three.\n\n```bash\nnot prose here\n```\n\n| a | b |\n| - | - |\n"
     assert paragraphs(page) == ["One two three."]
+
+
+def test_contributing_maps_every_notebook_to_modules_that_exist():
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    table = text.split("## Where each notebook's code lives")[1].split("\n## ")[0]
+    rows = {line.split("|")[1].strip().split(" ")[0]: line.split("|")[2]
+            for line in table.splitlines() if line.startswith("| ") and "---" not in line}
+    notebooks = {p.name.split("_")[0] if p.name[0].isdigit() else p.stem
+                 for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert notebooks <= set(rows), sorted(notebooks - set(rows))
+    paths = [p for modules in rows.values() for p in re.findall(r"`([\w/]+(?:\.py|/))`", modules)]
+    missing = [p for p in paths if not (ROOT / "talk_helpers" / p).exists()]
+    assert paths and missing == []
