@@ -96,10 +96,15 @@ def world_from_env() -> tuple[int, int]:
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
-def parse_args(argv=None, description: str = __doc__) -> argparse.Namespace:
+def parse_args(argv=None, description: str = __doc__,
+               fixes: tuple = ()) -> argparse.Namespace:
+    """The demos' options; ``fixes``: the ways the fixed demo keeps the ranks in step."""
     parser = argparse.ArgumentParser(description=description.split("\n\n")[0])
     parser.add_argument("--timeout", type=float, default=10.0,
                         help="collective timeout in seconds (default 10)")
+    if fixes:
+        parser.add_argument("--fix", choices=fixes, default=fixes[0],
+                            help=f"how the ranks are kept in step (default: {fixes[0]})")
     parser.add_argument("--backend", choices=BACKENDS, default="gloo",
                         help="gloo (CPUs, the default) or nccl (the GPU LOCAL_RANK names)")
     return parser.parse_args(argv)
