@@ -12,6 +12,7 @@ import torch
 
 from talk_helpers.arguments import is_int, require_int
 from talk_helpers.checks.ids import ids_in
+from talk_helpers.checks.one_line import OneLineReport
 from talk_helpers.checks.verdict import listing, mark, verdict_html
 
 
@@ -123,8 +124,8 @@ class BatchCountReport:
         return verdict_html(self.ok, f"batches per rank: {self._verdict()}", [])
 
 
-@dataclass(frozen=True)
-class BatchSizeReport:
+@dataclass(frozen=True, repr=False)
+class BatchSizeReport(OneLineReport):
     """Outcome of :func:`check_batch_sizes`; ``sizes`` counts batches by size."""
 
     batch_size: int
@@ -150,11 +151,6 @@ class BatchSizeReport:
         """How many batches are larger than ``batch_size``."""
         return sum(size > self.batch_size for size in self.per_batch)
 
-    def __repr__(self) -> str:
-        return f"{mark(self.ok)} {self._verdict()}"
-
-    __str__ = __repr__
-
     def _verdict(self) -> str:
         n = len(self.per_batch)
         noun = "batch" if n == 1 else "batches"
@@ -169,6 +165,3 @@ class BatchSizeReport:
                        if (s < self.batch_size if small else s > self.batch_size)]
                 parts.append(f"{count} {name} ({listing(odd, len(odd), 6)})")
         return f"{n} {noun}: " + ", ".join(parts)
-
-    def _repr_html_(self) -> str:
-        return verdict_html(self.ok, self._verdict(), [])
