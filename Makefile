@@ -47,9 +47,10 @@ test:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# Lint and the unit tests that start no process group, torchrun or notebook and repeat
-# nothing: minutes, for the loop of editing and checking. `make test` runs every check.
-QUICK := not distributed and not subprocesses and not soak
+# Lint and the unit tests that start no process group, interpreter or notebook, sweep no
+# seeds and repeat nothing (marks: tests/conftest.py): minutes, for the loop of editing
+# and checking. `make test` runs every check.
+QUICK := not distributed and not subprocesses and not slow and not soak
 check: lint
 	$(BIN)/python -m pytest tests --ignore=tests/browser -m "$(QUICK)" -n 2 -q
 
@@ -57,9 +58,11 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest tests --ignore=tests/browser -m "not soak" -n $(UNIT_WORKERS) \
 	    --dist loadfile
 
-# Tests that repeat a run many times, some beside busy loops (each bounded by its count).
+# Tests that repeat a run many times, some beside busy loops: each is bounded by its count
+# of runs, and each run by its own deadline, so the whole may take longer than one test's
+# usual 300 s on a busy machine.
 soak: $(STAMP)
-	$(BIN)/python -m pytest tests --ignore=tests/browser -m soak
+	$(BIN)/python -m pytest tests --ignore=tests/browser -m soak --timeout 1800
 
 # The same stored outputs must come out under every start method a learner may have:
 # fork (Linux), forkserver (Linux default from Python 3.14), spawn (macOS, Windows).
