@@ -1,5 +1,4 @@
-"""Reports whose whole verdict is one line: a mark and a sentence, the same in text and
-HTML."""
+"""Reports whose whole verdict is one line: a mark and a sentence, in text and HTML."""
 
 from talk_helpers.checks.verdict import mark, verdict_html
 

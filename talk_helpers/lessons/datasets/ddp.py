@@ -1,9 +1,6 @@
-"""Datasets and loader factories of DDP lessons (notebooks 05, 06 and 10, the tests and the
-audit's examples): every sample is its id.
-
-The ``make_*`` functions have the signature ``audit`` expects, ``make_loader(rank,
-world_size, epoch)``, once their settings are bound with ``functools.partial``.
-"""
+"""Datasets and loader factories of DDP lessons (notebooks 05, 06 and 10, the hang demo,
+the tests): every sample is its id. A ``make_*`` function, its settings bound with
+``functools.partial``, is the ``make_loader(rank, world_size, epoch)`` ``audit`` expects."""
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
