@@ -160,17 +160,17 @@ def test_importing_any_module_changes_no_environment_and_registers_no_hook():
 LINE_BUDGETS = {
     "talk_helpers/*.py": 339,
     "talk_helpers/audit": 4698,
-    "talk_helpers/checks": 3245,
+    "talk_helpers/checks": 3229,
     "talk_helpers/demos": 349,
     "talk_helpers/diagrams": 1166,
     "talk_helpers/exercises": 2133,
-    "talk_helpers/lessons": 3687,
-    "talk_helpers/libraries": 1052,
+    "talk_helpers/lessons": 3679,
+    "talk_helpers/libraries": 1051,
     "talk_helpers/model": 592,
     "talk_helpers/notebook": 1173,
     "talk_helpers/reference": 1164,
-    "talk_helpers/runtime": 1557,
-    "talk_helpers/widgets": 666,
+    "talk_helpers/runtime": 1549,
+    "talk_helpers/widgets": 661,
 }
 PACKAGE_LINE_BUDGET = 21_700
 README_LINE_BUDGET = 120  # of 150 at most (tests/test_pages.py)
