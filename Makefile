@@ -1,4 +1,5 @@
-# Two commands do all the set-up: `make lab` and `make test` (see README.md).
+# Two commands do all the set-up: `make lab` and `make test` (see README.md); `make check`
+# is a contributor's quick loop.
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -15,9 +16,9 @@ NBVAL  := $(BIN)/python -m pytest --nbval --nbval-current-env \
 # Unit tests three at a time: most of them wait for a timeout, a deadline or a process.
 UNIT_WORKERS ?= 3
 
-.PHONY: setup lab test lint unit notebooks notebooks-fork notebooks-forkserver notebooks-spawn \
-        browser chromium binder-check binder-build-check outputs imgs present talk dry-run slides \
-        bench bench-notebooks clean
+.PHONY: setup lab test check lint unit soak notebooks notebooks-fork notebooks-forkserver \
+        notebooks-spawn browser chromium binder-check binder-build-check outputs imgs present \
+        talk dry-run slides bench bench-notebooks clean
 
 # jupyterlab/overrides.json: JupyterLab's defaults for this lab (no news pop-up over a slide).
 # Installs only when the pins change: a second `make test` goes straight to the tests.
@@ -46,8 +47,22 @@ test:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# Lint and the unit tests that start no process group, interpreter or notebook, sweep no
+# seeds and repeat nothing (marks: tests/conftest.py): minutes, for the loop of editing
+# and checking. `make test` runs every check.
+QUICK := not distributed and not subprocesses and not slow and not soak
+check: lint
+	$(BIN)/python -m pytest tests --ignore=tests/browser -m "$(QUICK)" -n 2 -q
+
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests --ignore=tests/browser -n $(UNIT_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest tests --ignore=tests/browser -m "not soak" -n $(UNIT_WORKERS) \
+	    --dist loadfile
+
+# Tests that repeat a run many times, some beside busy loops: each is bounded by its count
+# of runs, and each run by its own deadline, so the whole may take longer than one test's
+# usual 300 s on a busy machine.
+soak: $(STAMP)
+	$(BIN)/python -m pytest tests --ignore=tests/browser -m soak --timeout 1800
 
 # The same stored outputs must come out under every start method a learner may have:
 # fork (Linux), forkserver (Linux default from Python 3.14), spawn (macOS, Windows).

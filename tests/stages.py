@@ -4,18 +4,21 @@ time at the end.
 Most of the suite waits (for a collective's timeout, a rank's deadline, a browser), so
 two lanes share the cores:
 
-    lane 1: lint, unit, browser
-    lane 2: notebooks-fork, notebooks-forkserver, notebooks-spawn
+    lane 1: lint, unit, binder-build-check, browser
+    lane 2: notebooks-fork, notebooks-forkserver, notebooks-spawn, soak
 
-Each stage is the Makefile target of that name, its output in ``build/test-logs/<stage>.log``.
-Every stage runs even when an earlier one failed (a failure in one says nothing about the
-others); the end of a failed stage's log is printed, and the exit status is 1 if any
-failed. ``python tests/stages.py unit browser`` runs only the stages named, in one lane.
+Each stage is the Makefile target of that name, its output in ``build/test-logs/<stage>.log``;
+a stage is added by naming a target in ``LANES``. Every stage runs even when an earlier one
+failed (a failure in one says nothing about the others); a name with no target in the
+Makefile fails as its stage, saying so; the end of a failed stage's log is printed, and the
+exit status is 1 if any failed. ``python tests/stages.py unit soak`` runs only the targets
+named, in one lane.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -25,8 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "build" / "test-logs"
-LANES = (("lint", "unit", "browser"),
-         ("notebooks-fork", "notebooks-forkserver", "notebooks-spawn"))
+LANES = (("lint", "unit", "binder-build-check", "browser"),
+         ("notebooks-fork", "notebooks-forkserver", "notebooks-spawn", "soak"))
 TAIL_LINES = 60
 
 
@@ -43,16 +46,26 @@ class Stage:
         return LOGS / f"{self.name}.log"
 
 
+def makefile_targets(makefile: Path = ROOT / "Makefile") -> set[str]:
+    """The names of the Makefile's rules (``name:`` at the start of a line)."""
+    return set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", makefile.read_text(), re.MULTILINE))
+
+
 def run_stage(stage: Stage, t0: float, make: str, printer) -> None:
     stage.started_s = time.monotonic() - t0
     printer(f"[{_clock(stage.started_s)}] {stage.name} started (log: "
             f"{stage.log.relative_to(ROOT)})")
     with open(stage.log, "w") as log:
-        done = subprocess.run([make, "--no-print-directory", stage.name], cwd=ROOT,
-                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if stage.name in makefile_targets():
+            status = subprocess.run([make, "--no-print-directory", stage.name], cwd=ROOT,
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL).returncode
+        else:
+            print(f"error: the Makefile has no target {stage.name!r}", file=log)
+            status = 2
     stage.seconds = time.monotonic() - t0 - stage.started_s
-    stage.status = done.returncode
-    verdict = "passed" if done.returncode == 0 else f"FAILED (exit status {done.returncode})"
+    stage.status = status
+    verdict = "passed" if status == 0 else f"FAILED (exit status {status})"
     printer(f"[{_clock(time.monotonic() - t0)}] {stage.name} {verdict} in "
             f"{_clock(stage.seconds)}: {_summary(stage.log)}")
 
@@ -87,11 +100,10 @@ def table(stages: list[Stage], setup_s: float, total_s: float) -> str:
 def main(argv: list[str]) -> int:
     make = os.environ.get("MAKE", "make")
     lanes = [tuple(argv)] if argv else LANES
-    known = {name for lane in LANES for name in lane}
-    unknown = [name for lane in lanes for name in lane if name not in known]
-    if unknown:
-        raise SystemExit(f"unknown stage(s) {', '.join(unknown)}: the stages are "
-                         f"{', '.join(sorted(known))}")
+    unknown = [name for lane in lanes for name in lane if name not in makefile_targets()]
+    if argv and unknown:
+        raise SystemExit(f"no Makefile target {', '.join(unknown)}: the stages of `make test` "
+                         f"are {', '.join(name for lane in LANES for name in lane)}")
     LOGS.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     # The set-up (a fresh clone's first install) before anything runs on top of it.

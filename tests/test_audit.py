@@ -167,9 +167,9 @@ def test_an_audit_does_not_pay_for_what_ddp_needs():
     code = ("import sys\n"
             "from functools import partial\n"
             "from talk_helpers.audit import audit\n"
-            "from talk_helpers.lessons.datasets.ddp import make_rank_at_build_loader\n"
+            "from talk_helpers.lessons.datasets.ddp import make_sharded_loader\n"
             "if __name__ == '__main__':\n"
-            "    make = partial(make_rank_at_build_loader, size=8, workers=0, context=None)\n"
+            "    make = partial(make_sharded_loader, shard_sizes=[4, 4], workers=0)\n"
             "    report = audit(make, world_size=2, epochs=1, start_method='fork', "
             "timeout_s=120)\n"
             "    print(report.world.ok, 'torch._dynamo' in sys.modules)\n")
@@ -489,9 +489,11 @@ def test_bad_order_and_design_arguments_get_clear_errors(kwargs, error, match):
 
 
 def test_the_talks_nested_modulo_leaves_one_worker_per_rank_idle_with_two_of_each():
-    from talk_helpers.lessons.datasets.ddp import make_nested_modulo_loader
+    from talk_helpers.lessons.datasets.ddp import make_sharded_loader
 
-    report = audit(functools.partial(make_nested_modulo_loader, size=20, workers=2),
+    nested_modulo = functools.partial(make_sharded_loader, shard_sizes=[1] * 20, workers=2,
+                                      batch_size=5, policy="nested_modulo")
+    report = audit(nested_modulo,
                    world_size=2, epochs=1, expected=20, batch_size=5, in_process=True)
     assert report.checks[0].exactly_once.ok
     assert report.checks[0].worker_samples == [[10, 0], [0, 10]]

@@ -303,7 +303,7 @@ def test_under_torchrun_a_hanging_rank_ends_at_the_deadline(project):
     assert doc["error"]["progress"]["0"] == "epoch 1: gathering every rank's results"
     assert doc["error"]["progress"]["1"].startswith("epoch 0: building the loader")
     assert "--steps N" in doc["error"]["hint"]
-    assert time.monotonic() - started < 10 + 30
+    assert time.monotonic() - started < time_limit_s(10 + 20, interpreters=3)
 
 
 @pytest.mark.distributed
@@ -493,9 +493,9 @@ def test_pip_puts_the_command_on_path_beside_python_m():
 
 
 def readme_example(which: int = 1) -> tuple[str, list[list[str]]]:
-    """The README's ``which``-th example module (1: ``my_project/data.py``, 2:
+    """The audit manual's ``which``-th example module (1: ``my_project/data.py``, 2:
     ``my_project/more.py``) and the audit commands shown after it that use it."""
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "audit.md").read_text()
     section = text.split("## Check your loader before a long run")[1].split("\n## ")[0]
     code = section.split("```python\n")[which].split("```")[0]
     shell = section.split("```python\n")[which].split("```bash\n")[1].split("```")[0]

@@ -55,6 +55,12 @@ def test_the_core_prose_of_01_to_03_fits_its_budget():
     assert sum(counts.values()) <= CORE_WORDS, counts
 
 
+def test_the_core_prose_of_01_to_05_fits_in_5000_words():
+    names = [*COURSE, "04_seeds_and_epochs.ipynb", "05_ddp_sharding.ipynb"]
+    counts = {name: core_words(_cells(name)) for name in names}
+    assert sum(counts.values()) <= 5000, counts
+
+
 @pytest.mark.parametrize("name", COURSE)
 def test_detours_sit_under_going_deeper_at_the_end(name):
     cells = _cells(name)

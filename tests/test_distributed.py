@@ -143,7 +143,7 @@ def test_a_collective_one_rank_never_joins_fails_at_the_collective_timeout():
     assert report.ranks[0].status == "stopped"
     assert report.ranks[0].last_progress == "step 2"
     assert report.stopped_by == "error"
-    assert elapsed < 30
+    assert elapsed < time_limit_s(2 + 20, interpreters=2)
     # No port or pid leaks into what a notebook would store.
     assert not re.search(r"127\.0\.0\.1\]?:\d", repr(report))
     assert "third_party" not in repr(report)

@@ -79,7 +79,8 @@ def test_when_the_allowance_runs_out_the_grade_is_not_graded_never_not_yet(impat
 
 
 def test_workers_slow_to_start_read_as_slow_to_start(impatient):
-    loader = loading.recording_loader(SlowToUnpickle(8, sleep_s=90), batch_size=2,
+    unpickle_s = 90  # what one worker takes to receive its dataset
+    loader = loading.recording_loader(SlowToUnpickle(8, sleep_s=unpickle_s), batch_size=2,
                                       num_workers=2, multiprocessing_context="spawn")
     started = time.monotonic()
     with pytest.raises(GradeFailure) as failure:
@@ -90,7 +91,7 @@ def test_workers_slow_to_start_read_as_slow_to_start(impatient):
     assert "to start (0 of 2 started)" in grade.message
     assert "spawn worker starts Python and imports torch, about" in grade.message
     assert "run the grader again" in grade.message
-    assert time.monotonic() - started < 60, "gave up long before the workers would start"
+    assert time.monotonic() - started < unpickle_s, "gave up before the workers could start"
 
 
 def test_the_allowance_follows_the_start_method_and_the_measured_cost(monkeypatch):

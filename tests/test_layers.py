@@ -153,3 +153,49 @@ def test_importing_any_module_changes_no_environment_and_registers_no_hook():
                           cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.splitlines()[-1]) == {}
+
+
+# The scope line: lines of each part of the package (its .py files, blank lines and
+# docstrings included, as `wc -l` counts them) and of the README. A change that needs more
+# room changes this table on purpose, in the same commit, and says why.
+LINE_BUDGETS = {
+    "talk_helpers/*.py": 339,
+    "talk_helpers/audit": 4698,
+    "talk_helpers/checks": 3229,
+    "talk_helpers/demos": 349,
+    "talk_helpers/diagrams": 1166,
+    "talk_helpers/exercises": 2133,
+    "talk_helpers/lessons": 3679,
+    "talk_helpers/libraries": 1051,
+    "talk_helpers/model": 592,
+    "talk_helpers/notebook": 1173,
+    "talk_helpers/reference": 1164,
+    "talk_helpers/runtime": 1549,
+    "talk_helpers/widgets": 661,
+}
+PACKAGE_LINE_BUDGET = 21_700
+README_LINE_BUDGET = 120  # of 150 at most (tests/test_pages.py)
+
+
+def _lines(paths) -> int:
+    return sum(len(path.read_text().splitlines()) for path in paths)
+
+
+def _part_lines() -> dict[str, int]:
+    parts = {"talk_helpers/*.py": _lines(PACKAGE.glob("*.py"))}
+    for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        parts[f"talk_helpers/{folder.name}"] = _lines(folder.rglob("*.py"))
+    return parts
+
+
+def test_every_part_of_the_package_stays_within_its_line_budget():
+    parts = _part_lines()
+    assert set(parts) == set(LINE_BUDGETS), "give each part a budget in LINE_BUDGETS"
+    over = {part: f"{lines} > {LINE_BUDGETS[part]}" for part, lines in parts.items()
+            if lines > LINE_BUDGETS[part]}
+    assert over == {}
+
+
+def test_the_package_and_the_readme_stay_within_their_line_budgets():
+    assert _lines(PACKAGE.rglob("*.py")) <= PACKAGE_LINE_BUDGET
+    assert _lines([ROOT / "README.md"]) <= README_LINE_BUDGET

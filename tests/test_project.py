@@ -117,11 +117,12 @@ def test_collection_map_joins_bullets_wrapped_onto_the_next_line(tmp_path):
     cell = {"cell_type": "markdown", "metadata": {}, "source": (
         "# 01 · A title\n\n**What you will learn**\n- one long bullet that\n  wraps here\n"
         "- a second one\n\n**Prerequisites**: none\n")}
-    (tmp_path / "01_map_style_and_iterable.ipynb").write_text(json.dumps({"cells": [cell]}))
-    entry = collection_map(tmp_path).entries[0]
-    assert (entry.title, entry.teaches, entry.exists) == (
-        "A title", ("one long bullet that wraps here", "a second one"), True)
-    assert not collection_map(tmp_path).entries[1].exists
+    for name in ("00_index.ipynb", "01_map_style_and_iterable.ipynb"):
+        (tmp_path / name).write_text(json.dumps({"cells": [cell]}))
+    [entry] = collection_map(tmp_path).entries
+    assert (entry.file, entry.title, entry.teaches) == (
+        "01_map_style_and_iterable.ipynb", "A title",
+        ("one long bullet that wraps here", "a second one"))
 
 
 def _audit_pins() -> dict[str, str]:

@@ -12,7 +12,8 @@ import torch
 
 from talk_helpers.arguments import is_int, require_int
 from talk_helpers.checks.ids import ids_in
-from talk_helpers.verdicts.render import listing, mark, verdict_html
+from talk_helpers.checks.one_line import OneLineReport
+from talk_helpers.verdicts.render import listing
 
 
 def check_batch_counts(counts) -> BatchCountReport:
@@ -64,8 +65,8 @@ def check_batch_sizes(batches, batch_size: int) -> BatchSizeReport:
     return BatchSizeReport(batch_size=int(batch_size), per_batch=per_batch)
 
 
-@dataclass(frozen=True)
-class BatchCountReport:
+@dataclass(frozen=True, repr=False)
+class BatchCountReport(OneLineReport):
     """Outcome of :func:`check_batch_counts`; ``counts`` is indexed by rank."""
 
     counts: tuple[int, ...]
@@ -99,15 +100,10 @@ class BatchCountReport:
         """The 1-based step at which DDP would block, or None when counts are equal."""
         return None if self.ok else self.min + 1
 
-    def __repr__(self) -> str:
-        return f"{mark(self.ok)} batches per rank: {self._verdict()}"
-
-    __str__ = __repr__
-
     def _verdict(self) -> str:
         if self.ok:
             ranks = "the only rank" if self.world_size == 1 else f"each of {self.world_size} ranks"
-            return f"{self.min} on {ranks}"
+            return f"batches per rank: {self.min} on {ranks}"
         listed = " · ".join(f"rank {r}: {c}" for r, c in enumerate(self.counts[:8]))
         if self.world_size > 8:
             listed += f" · … ({self.world_size} ranks)"
@@ -117,14 +113,11 @@ class BatchCountReport:
             if len(stopped) == 1
             else f"ranks {listing(list(stopped), len(stopped), 6)} have stopped"
         )
-        return f"{listed} — DDP would block at step {self.blocking_step} ({who})"
-
-    def _repr_html_(self) -> str:
-        return verdict_html(self.ok, f"batches per rank: {self._verdict()}", [])
+        return f"batches per rank: {listed} — DDP would block at step {self.blocking_step} ({who})"
 
 
-@dataclass(frozen=True)
-class BatchSizeReport:
+@dataclass(frozen=True, repr=False)
+class BatchSizeReport(OneLineReport):
     """Outcome of :func:`check_batch_sizes`; ``sizes`` counts batches by size."""
 
     batch_size: int
@@ -150,11 +143,6 @@ class BatchSizeReport:
         """How many batches are larger than ``batch_size``."""
         return sum(size > self.batch_size for size in self.per_batch)
 
-    def __repr__(self) -> str:
-        return f"{mark(self.ok)} {self._verdict()}"
-
-    __str__ = __repr__
-
     def _verdict(self) -> str:
         n = len(self.per_batch)
         noun = "batch" if n == 1 else "batches"
@@ -169,6 +157,3 @@ class BatchSizeReport:
                        if (s < self.batch_size if small else s > self.batch_size)]
                 parts.append(f"{count} {name} ({listing(odd, len(odd), 6)})")
         return f"{n} {noun}: " + ", ".join(parts)
-
-    def _repr_html_(self) -> str:
-        return verdict_html(self.ok, self._verdict(), [])

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from talk_helpers.arguments import is_int
-from talk_helpers.verdicts.render import listing, mark, verdict_html
+from talk_helpers.checks.one_line import OneLineReport
+from talk_helpers.verdicts.render import listing
 
 __all__ = ["CacheReport", "check_cache_visibility"]
 
@@ -35,8 +36,8 @@ def check_cache_visibility(per_rank: Sequence[tuple[int, str | None]]) -> CacheR
     return CacheReport(per_rank=tuple(rows))
 
 
-@dataclass(frozen=True)
-class CacheReport:
+@dataclass(frozen=True, repr=False)
+class CacheReport(OneLineReport):
     """Outcome of :func:`check_cache_visibility`: ``(node, digest)`` for each rank."""
 
     per_rank: tuple[tuple[int, str | None], ...]
@@ -73,11 +74,3 @@ class CacheReport:
                     f"{self.versions} different versions")
         return (f"index cache: all {world} ranks found it on their node "
                 f"({copies} {'copy' if copies == 1 else 'identical copies'})")
-
-    def __repr__(self) -> str:
-        return f"{mark(self.ok)} {self._verdict()}"
-
-    __str__ = __repr__
-
-    def _repr_html_(self) -> str:
-        return verdict_html(self.ok, self._verdict())

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from talk_helpers.arguments import is_int, require_int
 from talk_helpers.checks.exactly_once import ExactlyOnceReport, check_exactly_once
 from talk_helpers.checks.ids import ids_in
-from talk_helpers.verdicts.render import listing, mark, verdict_html
+from talk_helpers.checks.one_line import OneLineReport
+from talk_helpers.verdicts.render import listing
 
 __all__ = ["EvalCountReport", "check_eval_counts"]
 
@@ -43,8 +44,8 @@ def check_eval_counts(per_rank_ids, dataset_size: int, *,
                            per_rank=tuple(int(ids.size) for ids in per_rank), once=once)
 
 
-@dataclass(frozen=True)
-class EvalCountReport:
+@dataclass(frozen=True, repr=False)
+class EvalCountReport(OneLineReport):
     """Outcome of :func:`check_eval_counts`: ``per_rank`` samples evaluated by each rank,
     ``counted`` in the metric, ``once`` the exactly-once check of the ids."""
 
@@ -81,11 +82,3 @@ class EvalCountReport:
         if not problems:  # the ids are right, the count is not
             problems = [f"the metric divided by {self.counted}, not {self.dataset_size}"]
         return f"{head} — " + "; ".join(problems)
-
-    def __repr__(self) -> str:
-        return f"{mark(self.ok)} {self._verdict()}"
-
-    __str__ = __repr__
-
-    def _repr_html_(self) -> str:
-        return verdict_html(self.ok, self._verdict())

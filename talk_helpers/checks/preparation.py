@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from talk_helpers.arguments import require_seconds
-from talk_helpers.verdicts.render import BAD_MARK, OK_MARK, WARN_MARK, verdict_html
+from talk_helpers.checks.one_line import OneLineReport
+from talk_helpers.verdicts.render import BAD_MARK, OK_MARK, WARN_MARK
 
 __all__ = ["PreparationReport", "check_preparation_time"]
 
@@ -38,8 +39,8 @@ def check_preparation_time(seconds: float, *, timeout_s: float,
                              timeout_s=float(timeout_s))
 
 
-@dataclass(frozen=True)
-class PreparationReport:
+@dataclass(frozen=True, repr=False)
+class PreparationReport(OneLineReport):
     """Outcome of :func:`check_preparation_time`."""
 
     seconds: float
@@ -77,14 +78,6 @@ class PreparationReport:
             return (f"{project}: within the {self.timeout_s:g} s timeout, by less than "
                     f"{HEADROOM:g}×")
         return f"{project}: well within the {self.timeout_s:g} s timeout"
-
-    def __repr__(self) -> str:
-        return f"{self._mark()} {self._verdict()}"
-
-    __str__ = __repr__
-
-    def _repr_html_(self) -> str:
-        return verdict_html(self._mark(), self._verdict())
 
 
 def _seconds(value: float) -> str:

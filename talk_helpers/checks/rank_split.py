@@ -15,8 +15,9 @@ import numpy as np
 
 from talk_helpers.arguments import require_int
 from talk_helpers.checks.ids import ids_in
+from talk_helpers.checks.one_line import OneLineReport
 from talk_helpers.verdicts.audit_results import NothingToShow, audit_failed
-from talk_helpers.verdicts.render import listing, mark, verdict_html
+from talk_helpers.verdicts.render import listing
 
 __all__ = ["RankSplitReport", "check_rank_split"]
 
@@ -51,8 +52,8 @@ def check_rank_split(per_rank_ids, *, epoch: int = 0) -> RankSplitReport | Nothi
                            shared_ids=tuple(int(i) for i in shared), identical=identical)
 
 
-@dataclass(frozen=True)
-class RankSplitReport:
+@dataclass(frozen=True, repr=False)
+class RankSplitReport(OneLineReport):
     """Outcome of :func:`check_rank_split`: distinct ids ``per_rank``, the ids read by
     more than one rank, and groups of ranks that read exactly the same ids."""
 
@@ -77,14 +78,6 @@ class RankSplitReport:
                     f"know its rank")
         shared = listing(list(self.shared_ids), len(self.shared_ids), 8)
         return f"rank split: {len(self.shared_ids)} ids read by more than one rank ({shared})"
-
-    def __repr__(self) -> str:
-        return f"{mark(self.ok)} {self._verdict()}"
-
-    __str__ = __repr__
-
-    def _repr_html_(self) -> str:
-        return verdict_html(self.ok, self._verdict())
 
 
 def _ranks(ranks) -> str:

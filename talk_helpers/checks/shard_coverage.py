@@ -16,9 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from talk_helpers.arguments import require_int
+from talk_helpers.checks.one_line import OneLineReport
 from talk_helpers.model.dataloader import loader_batches
 from talk_helpers.model.sharding import POLICIES, worker_streams
-from talk_helpers.verdicts.render import BAD_MARK, OK_MARK, WARN_MARK, listing, verdict_html
+from talk_helpers.verdicts.render import BAD_MARK, OK_MARK, WARN_MARK, listing
 
 __all__ = ["ShardCoverageReport", "check_shard_coverage"]
 
@@ -50,8 +51,8 @@ def check_shard_coverage(shard_sizes: Sequence[int], *, world_size: int, num_wor
         batches=tuple(len(loader_batches(rank, batch_size, drop_last)) for rank in streams))
 
 
-@dataclass(frozen=True)
-class ShardCoverageReport:
+@dataclass(frozen=True, repr=False)
+class ShardCoverageReport(OneLineReport):
     """Outcome of :func:`check_shard_coverage`: ``samples[rank][worker]`` each worker
     reads and ``batches[rank]`` each rank's loader yields."""
 
@@ -108,11 +109,3 @@ class ShardCoverageReport:
         if not problems:
             return f"{head}: every worker reads, {self.batches[0]} batches on every rank"
         return f"{head}: " + "; ".join(problems)
-
-    def __repr__(self) -> str:
-        return f"{self._mark()} {self._verdict()}"
-
-    __str__ = __repr__
-
-    def _repr_html_(self) -> str:
-        return verdict_html(self._mark(), self._verdict())

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import torch
 
 from talk_helpers.arguments import require_int
+from talk_helpers.checks.one_line import OneLineReport
 from talk_helpers.checks.sizes import page_rounded, size_text
-from talk_helpers.verdicts.render import mark, verdict_html
 
 __all__ = ["ShmBudgetReport", "batch_bytes", "check_shm_budget", "dataset_shm_bytes"]
 
@@ -110,8 +110,8 @@ def check_shm_budget(batch_bytes: int, *, num_workers: int, prefetch_factor: int
                            else page_rounded(dataset_bytes))
 
 
-@dataclass(frozen=True)
-class ShmBudgetReport:
+@dataclass(frozen=True, repr=False)
+class ShmBudgetReport(OneLineReport):
     """Outcome of :func:`check_shm_budget`: ``batches`` in flight per rank, each of
     ``batch_bytes``, and the dataset's ``dataset_bytes``, on ``ranks_per_node`` ranks
     sharing ``shm_bytes``."""
@@ -146,11 +146,3 @@ class ShmBudgetReport:
         if self.ok:
             return f"shared memory: {need}: they fit in /dev/shm's {size_text(self.shm_bytes)}"
         return f"shared memory: {need}, but /dev/shm holds {size_text(self.shm_bytes)}"
-
-    def __repr__(self) -> str:
-        return f"{mark(self.ok)} {self._verdict()}"
-
-    __str__ = __repr__
-
-    def _repr_html_(self) -> str:
-        return verdict_html(self.ok, self._verdict())

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from talk_helpers.arguments import is_int
+from talk_helpers.checks.one_line import OneLineReport
 from talk_helpers.checks.sizes import size_text
-from talk_helpers.verdicts.render import mark, verdict_html
 
 __all__ = ["WorkerMemoryReport", "check_worker_memory", "dataset_bytes"]
 
@@ -91,8 +91,8 @@ def dataset_bytes(obj, *, _seen: set | None = None) -> int:
     return sum(dataset_bytes(value, _seen=seen) for value in attributes.values())
 
 
-@dataclass(frozen=True)
-class WorkerMemoryReport:
+@dataclass(frozen=True, repr=False)
+class WorkerMemoryReport(OneLineReport):
     """Outcome of :func:`check_worker_memory`: ``copies`` lists the workers that own a
     private copy of the dataset's ``payload_bytes``."""
 
@@ -132,11 +132,3 @@ class WorkerMemoryReport:
 
     def _workers(self) -> str:
         return "the only worker shares" if self.workers == 1 else f"{self.workers} workers share"
-
-    def __repr__(self) -> str:
-        return f"{mark(self.ok)} {self._verdict()}"
-
-    __str__ = __repr__
-
-    def _repr_html_(self) -> str:
-        return verdict_html(self.ok, self._verdict())

@@ -35,8 +35,10 @@ import torch._dynamo  # noqa: F401 - see below
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader
 
+from talk_helpers.lessons.datasets.ddp import make_sharded_loader
+from talk_helpers.model.sharding import stream_ids
 from talk_helpers.runtime.devices import collective_device
 
 # DistributedDataParallel imports torch._dynamo when the first model is wrapped, which
@@ -55,37 +57,16 @@ def shard_sizes(world_size: int) -> list[int]:
     return list(SHARD_PATTERN) * repeats
 
 
-class WholeShards(IterableDataset):
-    """Shards of consecutive ids: rank ``r`` takes shards ``r::world_size``, and each
-    worker reads whole shards, round robin, as HF iterable datasets do."""
-
-    def __init__(self, sizes: list[int], rank: int, world_size: int):
-        self.sizes, self.rank, self.world_size = list(sizes), rank, world_size
-
-    def shards(self) -> list[range]:
-        out, start = [], 0
-        for size in self.sizes:
-            out.append(range(start, start + size))
-            start += size
-        return out[self.rank::self.world_size]
-
-    def __iter__(self):
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        for shard in self.shards()[worker::workers]:
-            yield from shard
-
-
 def expected_batches(sizes: list[int], rank: int, world_size: int) -> int:
     """Batches rank ``rank`` makes: each worker batches its own shards (drop_last=False)."""
-    mine = WholeShards(sizes, rank, world_size).shards()
-    return sum(-(-sum(len(s) for s in mine[w::WORKERS]) // MICRO_BATCH)
+    return sum(-(-len(stream_ids(sizes, rank, world_size, w, WORKERS)) // MICRO_BATCH)
                for w in range(WORKERS))
 
 
 def make_loader(rank: int, world_size: int) -> DataLoader:
-    dataset = WholeShards(shard_sizes(world_size), rank, world_size)
-    return DataLoader(dataset, batch_size=MICRO_BATCH, num_workers=WORKERS)
+    """Whole shards per rank, then per worker, round robin, as HF iterable datasets do."""
+    return make_sharded_loader(rank, world_size, 0, shard_sizes=shard_sizes(world_size),
+                               workers=WORKERS, batch_size=MICRO_BATCH)
 
 
 def make_model(device: torch.device | None = None) -> nn.Module:
@@ -115,10 +96,15 @@ def world_from_env() -> tuple[int, int]:
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
-def parse_args(argv=None, description: str = __doc__) -> argparse.Namespace:
+def parse_args(argv=None, description: str = __doc__,
+               fixes: tuple = ()) -> argparse.Namespace:
+    """The demos' options; ``fixes``: the ways the fixed demo keeps the ranks in step."""
     parser = argparse.ArgumentParser(description=description.split("\n\n")[0])
     parser.add_argument("--timeout", type=float, default=10.0,
                         help="collective timeout in seconds (default 10)")
+    if fixes:
+        parser.add_argument("--fix", choices=fixes, default=fixes[0],
+                            help=f"how the ranks are kept in step (default: {fixes[0]})")
     parser.add_argument("--backend", choices=BACKENDS, default="gloo",
                         help="gloo (CPUs, the default) or nccl (the GPU LOCAL_RANK names)")
     return parser.parse_args(argv)

@@ -31,8 +31,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.join import Join
 
+from talk_helpers.demos import hang
 from talk_helpers.demos.hang import (
-    BACKENDS,
     CollectiveFailed,
     describe,
     make_loader,
@@ -48,14 +48,7 @@ FIXES = ("flag", "join")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--timeout", type=float, default=10.0,
-                        help="collective timeout in seconds (default 10)")
-    parser.add_argument("--fix", choices=FIXES, default="flag",
-                        help="how the ranks are kept in step (default: flag)")
-    parser.add_argument("--backend", choices=BACKENDS, default="gloo",
-                        help="gloo (CPUs, the default) or nccl (the GPU LOCAL_RANK names)")
-    return parser.parse_args(argv)
+    return hang.parse_args(argv, __doc__, FIXES)
 
 
 def train_with_flag(model, optimiser, loader) -> tuple[int, float, int]:

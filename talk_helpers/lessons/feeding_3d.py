@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from talk_helpers.arguments import check_choice
+
 __all__ = ["FeedConfig", "FeedReport", "check_feeding", "feed_rank", "feeding_table",
            "make_mystery_dp_loader", "megatron_builder", "megatron_rank", "nanotron_rank",
            "reads_data", "results_of", "write_corpus"]
@@ -73,8 +75,7 @@ def feed_rank(rank: int, world_size: int, tasks) -> list[dict]:
     styles = {"nanotron": nanotron_rank, "megatron": megatron_rank}
     out = []
     for style, cfg in tasks:
-        if style not in styles:
-            raise ValueError(f"style must be 'nanotron' or 'megatron', got {style!r}")
+        check_choice("style", style, tuple(styles))
         out.append(styles[style](rank, world_size, cfg))
     return out
 

@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 from tqdm.std import tqdm
 
-from talk_helpers.arguments import require_int
+from talk_helpers.arguments import check_choice, require_int
 from talk_helpers.lessons.datasets.fast import (
     TokenBatchedIterableDataset,
     TokenIterableDataset,
@@ -331,8 +331,7 @@ def make_loader(kind: str, path, *, batch_size: int, num_workers: int = 0, work:
 
     ``data_dir`` holds the converted copies that "hf" and "wds" read (made on first use).
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    check_choice("kind", kind, KINDS)
     options = {"num_workers": num_workers, "pin_memory": pin_memory}
     if num_workers > 0:
         options["persistent_workers"] = persistent_workers

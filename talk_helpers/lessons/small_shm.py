@@ -34,6 +34,7 @@ import psutil
 import torch.multiprocessing as mp
 
 from talk_helpers.arguments import require_int, require_seconds
+from talk_helpers.checks.one_line import OneLineReport
 from talk_helpers.checks.sizes import size_text
 from talk_helpers.runtime.processes import kill_tree
 from talk_helpers.runtime.start_method import RANK_FORKSERVER_PRELOAD, START_METHODS
@@ -43,7 +44,6 @@ from talk_helpers.verdicts.render import (
     OK_MARK,
     mark,
     table_html,
-    verdict_html,
 )
 
 __all__ = ["SmallShmRun", "SmallShmTable", "compare_in_small_shm", "run_in_small_shm"]
@@ -53,8 +53,8 @@ MS_REC, MS_PRIVATE = 0x4000, 0x40000
 _TORCH_SHM_FILE = re.compile(r"</torch_[\d_]+>")
 
 
-@dataclass(frozen=True)
-class SmallShmRun:
+@dataclass(frozen=True, repr=False)
+class SmallShmRun(OneLineReport):
     """What happened: ``status`` is ``"finished"``, ``"failed"`` or ``"unavailable"``.
 
     ``batches``: how many the loop took; ``error``: the loader's exception, last line,
@@ -91,14 +91,6 @@ class SmallShmRun:
 
     def _mark(self) -> str:
         return NOTE_MARK if self.status == "unavailable" else mark(self.ok)
-
-    def __repr__(self) -> str:
-        return f"{self._mark()} {self._verdict()}"
-
-    __str__ = __repr__
-
-    def _repr_html_(self) -> str:
-        return verdict_html(self._mark(), self._verdict())
 
 
 def run_in_small_shm(make_loader, *, shm_bytes: int, step_s: float = 0.1,

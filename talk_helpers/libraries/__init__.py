@@ -14,7 +14,6 @@ from talk_helpers.libraries.common import (
     NUM_WORKERS,
     SHARD_SIZES,
     SHARD_SIZES_MANY,
-    STOP_AFTER,
     make_resumed,
 )
 from talk_helpers.libraries.guide_recipes import (
@@ -27,7 +26,6 @@ from talk_helpers.libraries.guide_recipes import (
     shard_paths,
 )
 from talk_helpers.libraries.hugging_face import (
-    _hf_split,
     hf_iterable,
     make_hf_loader,
     make_hf_stateful,
@@ -60,7 +58,7 @@ from talk_helpers.libraries.webdataset_loaders import make_wds_loader, make_wds_
 
 __all__ = [
     "BATCH_SIZE", "GUIDE_SHARDS", "N_SAMPLES", "NUM_WORKERS", "SHARD_SIZES", "SHARD_SIZES_MANY",
-    "STOP_AFTER", "AuditTable", "LibraryRow", "_hf_split", "create_webdataset_loader",
+    "AuditTable", "LibraryRow", "create_webdataset_loader",
     "hf_iterable", "litdata_dir", "load_sharded_dataset", "load_sharded_round_robin",
     "make_guide_pattern2", "make_guide_pattern3", "make_hf_loader", "make_hf_stateful",
     "make_litdata_loader", "make_map_stateful", "make_nodes_loader",

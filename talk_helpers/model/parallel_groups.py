@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from talk_helpers.arguments import check_choice
+
 __all__ = ["Coords", "GroupLayout", "RankGroups", "create_groups", "layout"]
 
 
@@ -51,8 +53,7 @@ class GroupLayout:
     def group_of(self, rank: int, kind: str) -> tuple[int, ...]:
         """The ``kind`` ("tp", "dp" or "pp") group that contains ``rank``."""
         groups = {"tp": self.tp_groups, "dp": self.dp_groups, "pp": self.pp_groups}
-        if kind not in groups:
-            raise ValueError(f"kind must be 'tp', 'dp' or 'pp', got {kind!r}")
+        check_choice("kind", kind, tuple(groups))
         return next(g for g in groups[kind] if rank in g)
 
     def is_first_stage(self, rank: int) -> bool:

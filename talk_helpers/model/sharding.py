@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from talk_helpers.arguments import check_choice
+
 __all__ = ["POLICIES", "blocks", "stream_ids", "worker_streams"]
 
 POLICIES = ("round_robin", "contiguous", "modulo_samples", "nested_modulo", "hf_datasets")
@@ -33,8 +35,7 @@ POLICIES = ("round_robin", "contiguous", "modulo_samples", "nested_modulo", "hf_
 def stream_ids(shard_sizes: Sequence[int], rank: int, world_size: int, worker: int,
                num_workers: int, policy: str = "round_robin") -> np.ndarray:
     """The ids worker ``worker`` of ``num_workers`` on rank ``rank`` yields, in order."""
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    check_choice("policy", policy, POLICIES)
     sizes = [int(s) for s in shard_sizes]
     starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
     total = int(starts[-1])

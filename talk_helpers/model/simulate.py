@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from talk_helpers.arguments import require_int
+from talk_helpers.arguments import check_choice, require_int
 from talk_helpers.model.dataloader import loader_batches
 from talk_helpers.model.sharding import POLICIES, worker_streams
 from talk_helpers.verdicts.audit_results import NothingToShow, audit_failed
@@ -33,13 +33,12 @@ def simulate(shard_sizes: Sequence[int], *, nodes: int, workers: int, micro_batc
     Sample ids are global: shard 0 holds ids 0..size0-1, shard 1 the next ones, and so on.
     """
     sizes = _check_sizes(shard_sizes)
-    _check_int("nodes", nodes, 1)
-    _check_int("workers", workers, 0)
-    _check_int("micro_batch_size", micro_batch_size, 1)
+    require_int("nodes", nodes, minimum=1)
+    require_int("workers", workers, minimum=0)
+    require_int("micro_batch_size", micro_batch_size, minimum=1)
     if not isinstance(drop_last, bool | np.bool_):
         raise TypeError(f"drop_last must be True or False, got {drop_last!r}")
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    check_choice("policy", policy, POLICIES)
 
     streams = worker_streams(sizes, nodes=nodes, workers=workers, policy=policy)
     batches = [loader_batches(per_worker, micro_batch_size, bool(drop_last))
@@ -52,8 +51,8 @@ def simulate(shard_sizes: Sequence[int], *, nodes: int, workers: int, micro_batc
 def shard_sizes_for(dataset_size: int, num_shards: int) -> list[int]:
     """Contiguous shards whose sizes differ by at most one sample (the first ones larger),
     as ``datasets.Dataset.to_iterable_dataset(num_shards)`` cuts them."""
-    _check_int("dataset_size", dataset_size, 0)
-    _check_int("num_shards", num_shards, 1)
+    require_int("dataset_size", dataset_size, minimum=0)
+    require_int("num_shards", num_shards, minimum=1)
     if num_shards > dataset_size:
         raise ValueError(f"num_shards ({num_shards}) must not exceed dataset_size "
                          f"({dataset_size}): some shards would be empty")
@@ -92,11 +91,11 @@ def shard_count_rule(dataset_size: int, num_shards: int, *, nodes: int, workers:
                      micro_batch_size: int, drop_last: bool = False) -> RuleCheck:
     """Evaluate the shard-count rule of thumb of a user's notes on a DDP hang with HF
     datasets (its ``drop_last=True`` variant keeps only the second inequality)."""
-    _check_int("dataset_size", dataset_size, 1)
-    _check_int("num_shards", num_shards, 1)
-    _check_int("nodes", nodes, 1)
-    _check_int("workers", workers, 1)
-    _check_int("micro_batch_size", micro_batch_size, 1)
+    require_int("dataset_size", dataset_size, minimum=1)
+    require_int("num_shards", num_shards, minimum=1)
+    require_int("nodes", nodes, minimum=1)
+    require_int("workers", workers, minimum=1)
+    require_int("micro_batch_size", micro_batch_size, minimum=1)
     if not isinstance(drop_last, bool | np.bool_):
         raise TypeError(f"drop_last must be True or False, got {drop_last!r}")
     return RuleCheck(dataset_size % num_shards, num_shards / (nodes * workers),
@@ -261,10 +260,6 @@ def ranks_named(ranks) -> str:
     if len(names) == 1:
         return f"rank {names[0]}"
     return f"ranks {', '.join(names[:-1])} and {names[-1]}"
-
-
-def _check_int(name: str, value, minimum: int) -> None:
-    require_int(name, value, minimum=minimum)
 
 
 def _check_sizes(shard_sizes) -> np.ndarray:

@@ -7,21 +7,6 @@ from pathlib import Path
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 
-PLANNED = {
-    "01_map_style_and_iterable.ipynb": "Map-style and iterable datasets",
-    "02_workers_and_sharding.ipynb": "Workers and sharding",
-    "03_shuffling.ipynb": "Shuffling",
-    "04_seeds_and_epochs.ipynb": "Seeds and epochs",
-    "05_ddp_sharding.ipynb": "DDP sharding",
-    "06_uneven_batches_and_hangs.ipynb": "Uneven batches and hangs",
-    "07_3d_parallelism.ipynb": "Data under 3D parallelism",
-    "08_fast_loading.ipynb": "Fast loading",
-    "09_the_exercise_solved.ipynb": "The exercise, solved",
-    "10_auditing_real_libraries.ipynb": "Auditing real libraries",
-    "11_when_it_breaks_in_production.ipynb": "When it breaks in production",
-}
-
-
 @dataclass(frozen=True)
 class Entry:
     """One notebook of the collection: its file, title and what it teaches."""
@@ -29,7 +14,6 @@ class Entry:
     file: str
     title: str
     teaches: tuple[str, ...]
-    exists: bool
 
 
 @dataclass(frozen=True)
@@ -41,16 +25,14 @@ class CollectionMap:
     def __repr__(self) -> str:
         lines = []
         for e in self.entries:
-            mark = "" if e.exists else "  (coming)"
-            lines.append(f"{e.file}: {e.title}{mark}")
+            lines.append(f"{e.file}: {e.title}")
             lines.extend(f"    ☐ {item}" for item in e.teaches)
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         rows = []
         for e in self.entries:
-            name = (f'<a href="{e.file}">{html.escape(e.title)}</a>' if e.exists
-                    else f"{html.escape(e.title)} <em>(coming)</em>")
+            name = f'<a href="{e.file}">{html.escape(e.title)}</a>'
             items = "".join(f"<li>☐ {html.escape(t)}</li>" for t in e.teaches)
             rows.append(f"<tr><td><code>{e.file[:2]}</code></td><td>{name}</td>"
                         f"<td><ul style='margin:0'>{items}</ul></td></tr>")
@@ -59,16 +41,10 @@ class CollectionMap:
 
 
 def collection_map(notebook_dir: Path = NOTEBOOK_DIR) -> CollectionMap:
-    """Every planned notebook with the bullets of its 'What you will learn' section."""
-    entries = []
-    for file, planned_title in PLANNED.items():
-        path = Path(notebook_dir) / file
-        if path.exists():
-            title, teaches = _read_intro(path)
-            entries.append(Entry(file, title or planned_title, teaches, True))
-        else:
-            entries.append(Entry(file, planned_title, (), False))
-    return CollectionMap(tuple(entries))
+    """Every numbered notebook with the bullets of its 'What you will learn' section."""
+    paths = sorted(Path(notebook_dir).glob("[0-9][0-9]_*.ipynb"))
+    return CollectionMap(tuple(Entry(p.name, *_read_intro(p)) for p in paths
+                               if not p.name.startswith("00_")))
 
 
 def _read_intro(path: Path) -> tuple[str, tuple[str, ...]]:

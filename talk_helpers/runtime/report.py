@@ -86,12 +86,8 @@ class WorldReport:
         else:
             counts = {s: sum(r.status == s for r in self.ranks) for s in STATUSES}
             parts = [f"{counts[s]} {s}" for s in STATUSES if counts[s]]
-            if self.stopped_by == "deadline":
-                why = "stopped at the deadline"
-            elif self.stopped_by == "error":
-                why = "stopped after an error"
-            else:
-                why = "failed"
+            why = {"deadline": "stopped at the deadline",
+                   "error": "stopped after an error"}.get(self.stopped_by, "failed")
             verdict = f"✘ world of {n} {noun} {why} ({', '.join(parts)})"
         return f"{verdict} · {self.elapsed_s:.1f} s"
 
@@ -102,12 +98,9 @@ class WorldReport:
                 detail = _short(repr(r.result), 60)
             elif r.error is not None:
                 detail = _short(r.error, DETAIL_WIDTH)
-            elif r.status == "timeout":
-                detail = "still running at the deadline"
-            elif r.status == "stopped":
-                detail = "stopped because another rank failed"
             else:
-                detail = ""
+                detail = {"timeout": "still running at the deadline",
+                          "stopped": "stopped because another rank failed"}.get(r.status, "")
             progress = "-" if r.last_progress is None else _short(r.last_progress, 40)
             rows.append((str(r.rank), r.status, progress, detail))
         return rows

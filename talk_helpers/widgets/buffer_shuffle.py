@@ -28,7 +28,7 @@ from talk_helpers.lessons.datasets.shuffling import (
 from talk_helpers.palette import BAD_COLOUR, OK_COLOUR
 from talk_helpers.widgets.still import WithStill, figure_png, png_width
 
-__all__ = ["BufferExplorer", "explore"]
+__all__ = ["BufferExplorer"]
 
 
 SLIDER = {"style": {"description_width": "70px"}, "continuous_update": False,
@@ -129,8 +129,3 @@ class BufferExplorer(WithStill, widgets.VBox):
                  ha="center", va="top",
                  fontsize=10, color=OK_COLOUR if self.report.ok else BAD_COLOUR)
         return figure_png(fig, dpi=100)
-
-
-def explore(**kwargs) -> BufferExplorer:
-    """A :class:`BufferExplorer` with the given starting values."""
-    return BufferExplorer(**kwargs)

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from talk_helpers.arguments import require_int
+
 VOCAB_SIZE = 32_000
 MASK_ID = 3
 MASK_FRACTION = 0.15
@@ -132,8 +134,7 @@ class TokenBatchedIterableDataset(_TokenFile, IterableDataset):
 
     def __init__(self, path, batch_size: int, work: int = 1, rank: int = 0,
                  world_size: int = 1):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be ≥ 1, got {batch_size}")
+        require_int("batch_size", batch_size, minimum=1)
         super().__init__(path, work=work, rank=rank, world_size=world_size)
         self.batch_size = batch_size
 

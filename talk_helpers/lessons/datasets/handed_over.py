@@ -7,16 +7,11 @@ in a cell: run the checks first, then read the source.
 import random
 
 import numpy as np
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset
 
-from talk_helpers.lessons.datasets.shuffling import SIZE
+from talk_helpers.lessons.datasets.shuffling import SIZE, _worker
 
 __all__ = ["mystery_loader", "MysteryShuffle"]
-
-
-def _worker():
-    info = get_worker_info()
-    return (0, 1) if info is None else (info.id, info.num_workers)
 
 
 class _BlockIds(IterableDataset):
