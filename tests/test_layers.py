@@ -159,19 +159,20 @@ def test_importing_any_module_changes_no_environment_and_registers_no_hook():
 # docstrings included, as `wc -l` counts them) and of the README. A change that needs more
 # room changes this table on purpose, in the same commit, and says why.
 LINE_BUDGETS = {
-    "talk_helpers/*.py": 339,
-    "talk_helpers/audit": 4698,
-    "talk_helpers/checks": 3229,
-    "talk_helpers/demos": 349,
-    "talk_helpers/diagrams": 1166,
-    "talk_helpers/exercises": 2133,
-    "talk_helpers/lessons": 3679,
-    "talk_helpers/libraries": 1051,
-    "talk_helpers/model": 592,
-    "talk_helpers/notebook": 1173,
-    "talk_helpers/reference": 1164,
-    "talk_helpers/runtime": 1549,
-    "talk_helpers/widgets": 661,
+    "talk_helpers/*.py": 340,
+    "talk_helpers/audit": 4753,
+    "talk_helpers/checks": 2977,
+    "talk_helpers/demos": 350,
+    "talk_helpers/diagrams": 1167,
+    "talk_helpers/exercises": 2168,
+    "talk_helpers/lessons": 3669,
+    "talk_helpers/libraries": 1052,
+    "talk_helpers/model": 593,
+    "talk_helpers/notebook": 1171,
+    "talk_helpers/reference": 1240,
+    "talk_helpers/runtime": 1550,
+    "talk_helpers/verdicts": 165,
+    "talk_helpers/widgets": 662,
 }
 PACKAGE_LINE_BUDGET = 21_700
 README_LINE_BUDGET = 120  # of 150 at most (tests/test_pages.py)

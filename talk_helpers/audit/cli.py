@@ -108,7 +108,7 @@ usage|ids|raised|died|hung, message, rank, where, progress, hint}), causes [{mar
 finding, cause, evidence, fix}], world_size, n_epochs, steps, ids, expected,
 with_replacement, mixing_level, epochs [{exactly_once {duplicated_count, missing_count,
 duplicated, missing, ...}, batches_per_rank, samples_per_rank, samples_per_worker, ...}],
-order {finding, repeats, changes_per_rank}, shuffle, checks, target. See the README for
+order {finding, repeats, changes_per_rank}, shuffle, checks, target. See docs/audit.md for
 every field.
 
 several processes: --nproc-per-node N launches N ranks per machine the way torchrun does

@@ -5,7 +5,7 @@
 not be told, or the factory returned no loader) or ``"error"`` (a rank raised, died or
 hung); ``report.exit_status`` is 0, 0, 1, 2 or 3. The headline lists what is wrong, so a
 glance never reads a clean ✔ over a problem. ``report.to_dict()`` is the JSON form
-(schema ``talk_helpers.audit/2``, described in the README).
+(schema ``talk_helpers.audit/2``, described in docs/audit.md).
 
 A report of an audit that could not judge shows why (which rank, the cause, a hint); what
 a later cell reads from it (``epochs``, ``checks``, ``ids()``, ``results[name]``, the order
@@ -244,7 +244,7 @@ class AuditReport:
     # -- JSON
 
     def to_dict(self, limit: int = 20) -> dict:
-        """A JSON-safe summary (ids listed up to ``limit`` per problem); see the README."""
+        """A JSON-safe summary (ids listed up to ``limit`` per problem); see docs/audit.md."""
         epochs = []
         if self._checks:
             once = self.results["exactly_once"]
