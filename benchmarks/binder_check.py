@@ -342,11 +342,12 @@ def _kill_tree(pid: int) -> None:
 
 
 def _expose(stash: Path) -> list[str]:
-    """Mount commands that let the visitor reach Python and this checkout where a folder on
-    their way is closed to others (a Python installed under /root): inside the pod only,
+    """Mount commands that let the visitor reach Python, its environment and this checkout
+    where a folder on their way is closed to others (a Python installed under /root, an
+    environment in a `mktemp -d` folder apart from the checkout): inside the pod only,
     that folder becomes an empty tmpfs holding just the way through."""
     commands, closed = [], {}
-    for target in (Path(sys.base_prefix).resolve(), ROOT):
+    for target in (Path(sys.base_prefix).resolve(), Path(sys.prefix), ROOT):
         for parent in reversed(target.parents):
             if parent != Path("/") and not os.stat(parent).st_mode & stat.S_IXOTH:
                 closed.setdefault(parent, set()).add(target.relative_to(parent).parts[0])
