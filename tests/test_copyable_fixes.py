@@ -128,3 +128,143 @@ def test_08_counting_an_epoch_after_the_workers_holds_with_more_workers_than_fil
     loader = wds.WebLoader(cell["batched_shards"](shards, 4), batch_size=None, num_workers=3,
                            multiprocessing_context=fast).with_epoch(48 // 4)
     assert lb.check_epoch_samples(loader, 48).ok
+
+
+# Notebook 07 runs its fixes on tp=2 × dp=2 × pp=2 and tp=2 × dp=1 × pp=4 (8 ranks). Here
+# 4 ranks: one stage only (first and last at once), or no TP and four stages.
+def _world_of_4(fn, *args):
+    from talk_helpers.runtime import run_world
+
+    return run_world(fn, 4, args=args, collective_timeout_s=time_limit_s(30, interpreters=4),
+                     timeout_s=time_limit_s(60, interpreters=4))
+
+
+def test_07_a_sampler_over_the_dp_group_feeds_a_world_of_one_stage(tmp_path):
+    from talk_helpers.lessons import feeding_3d as feeding
+
+    cell = importable_names("07", upto="nb07-07aa82a5")
+    cfg = feeding.FeedConfig(feeding.write_corpus(tmp_path), tp=2, dp=2, pp=1,
+                             make_sampler=cell["nanotron_sampler"])
+    world = _world_of_4(feeding.feed_rank, [("nanotron", cfg)])
+    assert world.ok, world
+    report = feeding.check_feeding(feeding.results_of(world.results, 0), cfg)
+    assert report.ok, report
+
+
+def test_07_every_rank_calling_the_builder_gets_past_its_barrier_with_four_stages(tmp_path):
+    from talk_helpers.lessons.feeding_3d import FeedConfig, write_corpus
+
+    cell = importable_names("07", upto="nb07-752ca2d4")
+    cfg = FeedConfig(write_corpus(tmp_path), tp=1, dp=1, pp=4)  # ranks 1 and 2 never read
+    world = _world_of_4(cell["build_data_everywhere"], cfg)
+    assert world.ok, world
+    assert world.results == ["built the dataset", "barrier only", "barrier only",
+                             "built the dataset"]
+
+
+# Notebook 11 builds RankAware(20) in the rank: 2 ranks × 2 workers, 5 ids for each.
+def test_11_a_dataset_built_in_the_rank_reads_uneven_ids_once_on_every_rank():
+    from talk_helpers.checks import check_rank_split
+
+    cell = importable_names("11", upto="1476dd80")
+    report = _audit(partial(cell["build_in_rank"], size=7), 7, shuffle=False)
+    assert report.ok, report
+    assert list(report.checks[0].batch_counts.counts) == [2, 2]
+    split = check_rank_split(report)
+    assert split.ok and split.per_rank == (4, 3), split
+
+
+# Notebook 11 resumes EpochResumable(12) with one persistent worker. Here 7 ids for 3
+# persistent workers, so the workers' shares differ, and stops in both epochs.
+RESUME_STOPS = [(0, 1), (0, 5), (0, 7), (0, "end"), (1, 4)]
+
+
+def test_11_a_resume_point_that_names_its_epoch_holds_with_uneven_workers():
+    from talk_helpers.checks import check_resume
+    from talk_helpers.lessons.resume_run import epochs_taken
+
+    cell = importable_names("11", upto="47237629")
+    loader = {"epochs": 2, "num_workers": 3, "persistent_workers": True}
+    for name, holds in (("EpochResumable", True), ("SkipOnce", False)):
+        dataset = partial(cell[name], 7)
+        reference = epochs_taken(dataset, **loader)
+        assert reference == [list(range(7))] * 2
+        checks = [check_resume(reference, epochs_taken(dataset, stop=stop, **loader))
+                  for stop in RESUME_STOPS]
+        assert all(check.ok for check in checks) is holds, (name, checks)
+
+
+# Notebook 11 packs 40,000 and 190,000 captions, read by one worker. Here more workers than
+# captions, and a count the workers do not divide.
+@pytest.mark.parametrize("captions", [2, 7])
+@pytest.mark.parametrize("fix", ["PackedCaptions", "MappedCaptions"])
+def test_11_captions_kept_out_of_python_objects_are_read_once_by_any_workers(fix, captions,
+                                                                             tmp_path):
+    import pickle
+
+    from torch.utils.data import DataLoader
+
+    cell = importable_names("11", upto="nb11-cd39d8a4")
+    if fix == "MappedCaptions":
+        dataset = cell[fix](cell["write_captions"](captions, str(tmp_path)))
+        assert len(pickle.dumps(dataset)) < 1000  # a worker receives a path, nothing more
+    else:
+        dataset = cell[fix](captions)
+
+    def three_workers(rank, world_size, epoch):
+        return DataLoader(dataset, batch_size=2, num_workers=3)
+
+    report = audit(three_workers, world_size=1, epochs=1, expected=captions, ids="0",
+                   shuffle=False, in_process=True, timeout_s=time_limit_s(30, interpreters=3))
+    assert report.ok, report
+    words = len(("photo 00000: " + "a dog runs on a beach, " * 24).split())  # as written
+    counts = [n for _, lengths in three_workers(0, 1, 0) for n in lengths.tolist()]
+    assert counts == [words] * captions
+
+
+# Notebook 11 cuts 16 samples into 8 shards of 2 for 2 ranks × 2 workers. Equal shards
+# keep the ranks in step when every rank gets as many of them; 5 shards cannot be shared
+# so, and the rank with three reads a batch more (the notebook says so beside the fix).
+@pytest.mark.parametrize("shards,batches", [(6, [3, 3]), (5, [3, 2])])
+def test_11_equal_shards_keep_ranks_in_step_only_when_the_ranks_share_them_evenly(shards,
+                                                                                  batches):
+    cell = importable_names("11", upto="e7da1a17")
+    equal = [list(range(i, i + 4)) for i in range(0, 4 * shards, 4)]
+    report = _audit(partial(cell["make_shard_loader"], shards=equal), 4 * shards,
+                    shuffle=False)
+    epoch = report.checks[0]
+    assert epoch.exactly_once.ok, report
+    assert list(epoch.batch_counts.counts) == batches
+    assert report.ok is (batches[0] == batches[1])
+
+
+# Notebook 08 reads 20,000 token rows with up to 8 workers. Here fewer rows than the
+# workers, and a count they do not divide.
+@pytest.mark.parametrize("rows", [2, 7])
+@pytest.mark.parametrize("dataset", ["PerSample", "BatchedInWorker"])
+def test_08_datasets_that_split_the_file_by_worker_read_each_row_once(dataset, rows, tmp_path):
+    from torch.utils.data import DataLoader
+
+    from talk_helpers.lessons.datasets.fast import make_token_memmap
+
+    cell = importable_names("08", upto="nb08-8050cfc1")
+    path = make_token_memmap(tmp_path / "tokens.npy", rows, seq_len=16)
+    batched = dataset == "BatchedInWorker"
+    made = cell[dataset](path, 2) if batched else cell[dataset](path)
+
+    def three_workers(rank, world_size, epoch):
+        return DataLoader(made, batch_size=None if batched else 2, num_workers=3)
+
+    report = audit(three_workers, world_size=1, epochs=1, expected=rows, ids="id",
+                   shuffle=False, in_process=True, timeout_s=time_limit_s(30, interpreters=3))
+    assert report.ok, report
+
+
+# Notebook 10 splits the guide's 61 samples over 2 ranks with a DistributedSampler. Here 3
+# ranks, in this process (the sampler is told its rank and touches no process group).
+def test_10_a_sampler_over_every_shard_keeps_three_ranks_in_step_padding_two():
+    cell = importable_names("10", upto="3a47bf45")
+    report = audit(partial(cell["make_pattern2_sampled"], num_workers=0), world_size=3,
+                   epochs=1, expected=61, shuffle=False, repeated_by_design=2, in_process=True)
+    assert report.ok, report
+    assert list(report.checks[0].batch_counts.counts) == [5, 5, 5]

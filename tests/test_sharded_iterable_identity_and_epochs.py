@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sharded_iterable_helpers import TIMEOUT, ids, refusal
+from sharded_iterable_helpers import TIMEOUT, ids, refusal, shard_ranges
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from talk_helpers.reference.sharded_iterable import ShardedIterableDataset
@@ -187,6 +187,26 @@ def test_a_new_loader_each_epoch_with_the_same_seeded_generator_reads_each_epoch
         assert read[-1] == ids(DataLoader(fresh, batch_size=None, num_workers=2,
                                           timeout=TIMEOUT, multiprocessing_context="fork"))
     assert read[0] != read[1] != read[2]
+
+
+@pytest.mark.parametrize("policy", ["drop", "pad"])
+def test_two_uneven_shards_for_two_ranks_of_three_workers_read_once_in_equal_batches(policy):
+    sizes = [7, 2]  # a shard for each rank, one of them short; more workers than shards
+    per_rank, read = [], []
+    for rank in range(2):
+        ds = ShardedIterableDataset.from_shards(shard_ranges(sizes), batch_size=2, seed=3,
+                                                policy=policy, block_size=1, rank=rank,
+                                                world_size=2)
+        ds.set_epoch(1)
+        batches = list(DataLoader(ds, batch_size=None, num_workers=3, timeout=TIMEOUT,
+                                  multiprocessing_context="fork"))
+        per_rank.append(len(batches))
+        read += ids(batches)
+    assert per_rank[0] == per_rank[1] == len(ds) > 0
+    if policy == "drop":
+        assert sorted(read) == sorted(set(range(9)) - set(ds.dropped_ids().tolist()))
+    else:
+        assert sorted(set(read)) == list(range(9)) and len(read) == 9 + ds.padded
 
 
 def as_worker(ds, worker, passes, num_workers=2):
