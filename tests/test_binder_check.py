@@ -2,6 +2,7 @@
 with a notebook that reports what it sees from inside."""
 
 import json
+import multiprocessing
 import os
 import pwd
 import sys
@@ -170,6 +171,10 @@ def test_a_check_stopped_mid_notebook_leaves_no_process_cgroup_or_folder():
 def test_a_worker_that_cannot_start_is_reported_with_its_reason(monkeypatch, tmp_path):
     monkeypatch.setenv("TMPDIR", str(tmp_path / ("z" * 110)))
     (tmp_path / ("z" * 110)).mkdir()
+    # as in the pod's fresh process: no folder for sockets yet (an earlier test in this
+    # process may have made one under a short TMPDIR, which multiprocessing then reuses)
+    monkeypatch.delitem(multiprocessing.process.current_process()._config, "tempdir",
+                        raising=False)
     tempfile.tempdir = None
     try:
         why = binder_check.worker_cannot_start()
