@@ -49,7 +49,8 @@ class _NotebookBar:
         self.handle.update({"text/plain": f"✔ {self.desc}: {self.n:,} {unit}"}, raw=True)
 
 
-def _in_notebook() -> bool:
+def in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel (where outputs can be updated in place)."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -64,7 +65,7 @@ def progress(total: int | None = None, *, desc: str = "working", unit: str = "it
     """A bar with ``.update(n)``: tqdm's text in a notebook output that ends as a summary,
     plain tqdm elsewhere; ``disable=True`` draws nothing."""
     require_int("total", total, minimum=0, allow_none=True)
-    if disable or not _in_notebook():
+    if disable or not in_notebook():
         with tqdm(total=total, desc=desc, unit=unit, leave=False, disable=disable,
                   mininterval=REFRESH_S) as bar:
             yield bar

@@ -16,7 +16,7 @@ class _Handle:
 
 def test_a_notebook_bar_ends_as_a_summary_of_what_was_done(monkeypatch):
     handle = _Handle()
-    monkeypatch.setattr(progress_module, "_in_notebook", lambda: True)
+    monkeypatch.setattr(progress_module, "in_notebook", lambda: True)
     monkeypatch.setattr("IPython.display.display",
                         lambda data, raw, display_id: handle.shown.append(data["text/plain"])
                         or handle)

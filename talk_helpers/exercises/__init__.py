@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from talk_helpers.palette import BAD_COLOUR, INFO_COLOUR, OK_COLOUR, WARN_COLOUR
-from talk_helpers.progress import _in_notebook as in_notebook
+from talk_helpers.progress import in_notebook
 
 __all__ = ["Grade", "GradeFailure", "announce", "attempt", "attempted", "choice", "is_stub",
            "not_graded", "not_tried", "not_yet", "passes", "raised"]
