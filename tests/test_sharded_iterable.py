@@ -260,7 +260,8 @@ def _epoch_one(kind, num_workers, persistent, set_first):
     batches = 0
     for _ in loader:
         batches += 1
-        state = loader.state_dict() if kind == "stateful" else ds.checkpoint(batches)
+        state = loader.state_dict() if kind == "stateful" else ds.checkpoint(batches,
+                                                                               loader=loader)
     fresh = ShardedIterableDataset.from_shards(shard_ranges([26, 9, 14, 12]), batch_size=5,
                                                seed=4)
     resumed = cls(fresh, **options)
@@ -320,8 +321,8 @@ def test_stateful_dataloader_resumes_mid_epoch_exactly_once(num_workers):
 def test_plain_dataloader_resume_may_change_the_number_of_workers():
     ds = ShardedIterableDataset(100, batch_size=7, seed=5)
     ds.set_epoch(2)
-    full = list(DataLoader(ds, batch_size=None, num_workers=2, timeout=TIMEOUT))
-    saved = ds.checkpoint(batches_consumed=5)     # the loader's 2 workers, remembered
+    full = list(ds.attach(DataLoader(ds, batch_size=None, num_workers=2, timeout=TIMEOUT)))
+    saved = ds.checkpoint(batches_consumed=5)     # the attached loader's 2 workers
     assert saved["history"] == [{"world_size": 1, "num_workers": 2, "batches": 5,
                                  "loader_batch_size": None, "drop_last": False}]
     fresh = ShardedIterableDataset(100, batch_size=7, seed=5)
@@ -336,30 +337,31 @@ def test_plain_dataloader_resume_may_change_the_number_of_workers():
     assert len(list(DataLoader(fresh, batch_size=None))) == len(full)
 
 
-def test_checkpoint_before_any_iteration_needs_the_loader():
+def test_checkpoint_needs_the_loader_it_counts_unless_nothing_was_read():
     ds = ShardedIterableDataset(100, batch_size=7)
     assert ds.checkpoint(0)["history"] == [{"world_size": 1, "num_workers": 1, "batches": 0,
                                             "loader_batch_size": None, "drop_last": False}]
-    with pytest.raises(ValueError, match=r"never iterated, so pass the DataLoader"):
+    with pytest.raises(ValueError, match=r"must know the loader whose batches it counts: "
+                                         r"call ds.attach\(loader\) before iter\(loader\)"):
         ds.checkpoint(3)
     assert ds.checkpoint(3, loader=loader(2, 4))["history"][0]["loader_batch_size"] == 4
     with pytest.raises(ValueError, match="batches_consumed"):
         ds.checkpoint(len(ds) + 1, num_workers=2)
 
 
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
 @pytest.mark.parametrize("stateful", [False, True])
-def test_a_dataloader_with_in_order_false_is_refused(start_method, stateful):
+def test_a_dataloader_with_in_order_false_is_refused_when_attached_or_counted(stateful):
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     cls = StatefulDataLoader if stateful else DataLoader
     ds = ShardedIterableDataset(40, batch_size=4)
-    loader = cls(ds, batch_size=None, num_workers=2, in_order=False, timeout=TIMEOUT,
-                 multiprocessing_context=start_method)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # StatefulDataLoader's own warning about in_order
-        assert "in_order=False" in refusal(lambda: list(loader))
-    assert len(list(cls(ds, batch_size=None, num_workers=0, in_order=False))) == len(ds)
+        loader = cls(ds, batch_size=None, num_workers=2, in_order=False)
+    assert "in_order=False" in refusal(lambda: ds.attach(loader))
+    assert "in_order=False" in refusal(lambda: ds.checkpoint(0, loader=loader))
+    one = ds.attach(cls(ds, batch_size=None, num_workers=0, in_order=False))
+    assert len(list(one)) == len(ds)
 
 
 # -- shards: loaded once, checked on load, mixed by blocks ----------------------------------
@@ -611,8 +613,8 @@ def test_rank_comes_from_the_environment_at_construction(monkeypatch):
     monkeypatch.delenv("RANK")
     monkeypatch.delenv("WORLD_SIZE")
     assert (ds.rank, ds.world_size) == (1, 2)
-    assert ids(DataLoader(ds, batch_size=None, num_workers=1, timeout=TIMEOUT,
-                          multiprocessing_context="spawn")) == ids(rank_stream(ds, 1))
+    assert ids(ds.attach(DataLoader(ds, batch_size=None, num_workers=1, timeout=TIMEOUT,
+                                    multiprocessing_context="spawn"))) == ids(rank_stream(ds, 1))
     assert (ShardedIterableDataset(10).rank, ShardedIterableDataset(10).world_size) == (0, 1)
 
 

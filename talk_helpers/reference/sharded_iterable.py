@@ -9,8 +9,9 @@ The talk leaves it "as an exercise to the reader"; this is one solution::
         for batch in loader:
             ...
 
-The DataLoader may batch instead (``ShardedIterableDataset(10_000)`` and
-``DataLoader(ds, batch_size=32, num_workers=2)``): the same batches come out.
+The DataLoader may batch instead, told with :meth:`~ShardedIterableDataset.attach`
+(``ds = ShardedIterableDataset(10_000)``, ``loader = ds.attach(DataLoader(ds,
+batch_size=32, num_workers=2))``): the same batches come out.
 
 How an epoch is laid out: every process computes it from ``(seed, epoch)``, nothing is sent.
 
@@ -27,8 +28,8 @@ How an epoch is laid out: every process computes it from ``(seed, epoch)``, noth
    batches into ``num_workers`` contiguous runs whose lengths differ by at most one, the
    longer first (:func:`worker_runs`). A DataLoader takes one batch from each worker in
    turn, so the rank's k-th batch is batch ``k // num_workers`` of worker
-   ``k % num_workers``. The dataset reads how the loader batches from the DataLoader that
-   iterates it (:class:`LoaderShape`).
+   ``k % num_workers``. The workers come from ``get_worker_info()``; how the loader batches
+   from ``ds.attach(loader)`` (:class:`LoaderShape`), or else it passes each item on.
 4. **Resume.** A resume point lists, for the epoch, how many batches every rank had taken
    from which layout (world size, workers, loader batch). The positions nobody read are
    computed from it (:func:`unread`) and dealt again, by steps 2 and 3, to the new world.
@@ -61,11 +62,11 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
     ``state_dict()``; each worker's copy of the dataset stores its position (and rank). It
     resumes the same rank, world size, ``num_workers`` and loader ``batch_size`` only.
   - a plain ``DataLoader``: count the batches your loop took this epoch and save
-    ``ds.checkpoint(batches_consumed)`` (it records how the loader iterated: workers,
-    batch size, ``drop_last``); on resume build the dataset the same way and call
-    ``ds.load_state_dict(saved)`` before ``iter(loader)``. With the same loader the rest
-    comes in the order it would have come; with another, each sample still once, dealt
-    afresh.
+    ``ds.checkpoint(batches_consumed, loader=loader)`` (it records the loader's workers,
+    batch size, ``drop_last``; ``loader=`` may go after ``ds.attach(loader)``); on resume
+    build the dataset the same way and call ``ds.load_state_dict(saved)`` before
+    ``iter(loader)``. With the same loader the rest comes in the order it would have come;
+    with another, each sample still once, dealt afresh.
   - a state saved after the last batch of epoch ``e``, loaded into a new loader, then
     ``set_epoch(e + 1)`` (before or after loading) reads epoch ``e + 1`` in full: a state
     applies to its own epoch only, and never changes the epoch you set.
@@ -82,13 +83,14 @@ srun), the innermost first, else a world of one. Sources that cannot all be righ
 error that names them.
 
 What it refuses, with an error that says why: ``DataLoader(in_order=False)`` with several
-workers (the order would depend on timing, and ``checkpoint`` could not tell what was
-read); a DataLoader that batches when the dataset cannot see its ``batch_size``; a state
-that stops inside another epoch than the one set; a state from another configuration or
-another corpus (naming the shard); a ``StatefulDataLoader`` state loaded by another rank,
-world size, number of workers or batch size; a state loaded while a DataLoader's persistent
-workers run (they hold the dataset as it was); a shard whose ``load`` returns another
-length than ``lengths`` declares.
+workers, at ``attach`` or ``checkpoint`` (the order would depend on timing, and
+``checkpoint`` could not tell what was read); workers reading samples for a loader that was
+not attached, and ``checkpoint`` for another loader than the one that read the dataset (it
+could not count the batches); a state that stops inside another epoch than the one set; a
+state from another configuration or another corpus (naming the shard); a
+``StatefulDataLoader`` state loaded by another rank, world size, number of workers or batch
+size; a state loaded while a DataLoader's persistent workers run (they hold the dataset as
+it was); a shard whose ``load`` returns another length than ``lengths`` declares.
 
 How others do it, from their installed sources: mosaicml-streaming 0.13 orders samples by
 ``num_canonical_nodes`` (``streaming/base/dataset.py``; its ``py1br`` blocks hold at least
@@ -101,7 +103,6 @@ The module needs only torch and numpy: copy it into your project.
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -120,18 +121,10 @@ LAUNCHERS = (("torchrun", "RANK", ("WORLD_SIZE",)),
              ("MPICH or Intel MPI", "PMI_RANK", ("PMI_SIZE",)),
              ("PMIx", "PMIX_RANK", ("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")),
              ("SLURM", "SLURM_PROCID", ("SLURM_NTASKS",)))
-# Slots of the shared-memory tensor that every copy of one dataset sees (workers included),
-# then one per worker (the first _MARKED_WORKERS of them): the epoch + 1 it last read to the
-# end of its run. _LOADS counts the states loaded in the main process.
-_EPOCH, _EPOCH_SET, _WORKERS, _LOADER_BATCH, _DROP_LAST, _WRAPPED, _WARNED, _LOADS = range(8)
-_READ_TO_END = 8
-_MARKED_WORKERS = 64
-_SLOTS = _READ_TO_END + _MARKED_WORKERS
+_MARKED_WORKERS = 64   # workers whose passes are marked in shared memory (_Shared)
 _CHUNK = 4096   # sample ids computed at once, at most
-# Read of torch beyond its public API, tested on torch 2.13 only (see _caller_with): the
-# DataLoader that iterates, found up the call stack (sys._getframe), its fetcher's
-# ``auto_collation`` and ``dataset``, and ``_dataset``/``_dataset_kind`` of a loader's
-# iterator that reads this dataset through another. checkpoint(loader=...) needs none.
+# Only torch's public API (tested on torch 2.13, the package's range): the loader's shape
+# comes from get_worker_info() inside a worker and from attach() or checkpoint(loader=).
 
 
 class ShardedIterableDataset(IterableDataset):
@@ -161,18 +154,15 @@ class ShardedIterableDataset(IterableDataset):
         self.block_size: int | None = None
         self.block_bytes: int | None = None
         self._shards = _Shards.of_source(source)
-        # Shared memory: set_epoch reaches persistent workers, and the workers tell the main
-        # process how the loader iterates them (for checkpoint), what they read and each
-        # one's last pass (its loader's seed, the pass, its epoch: see _pass_epoch). A
-        # worker's own copy: the passes it began, the epoch set and the states loaded.
-        self._shared = torch.zeros(_SLOTS, dtype=torch.int64).share_memory_()
-        self._pass_marks = torch.zeros((_MARKED_WORKERS, 3), dtype=torch.int64).share_memory_()
+        # Seen by every copy (set_epoch reaches persistent workers; workers say what they
+        # read); a worker's own copy: the passes it began, the epoch set, the states loaded.
+        self._shared = _Shared()
         self._passes, self._local_epoch, self._loads = 0, None, 0
         self._resume: dict | None = None     # a loaded resume point, for its epoch only
         self._adopted_epoch = 0              # a worker's epoch from a state, when none is set
         self._rotation = 0                   # the worker that reads run 0 (load_state_dict)
         self._progress: dict | None = None   # where this process's iteration stands
-        self._loader: LoaderShape | None = None   # pickled in for a spawned worker
+        self._loader: LoaderShape | None = None   # attach()'s, pickled with the dataset
         self._orders: dict = {}
 
     @classmethod
@@ -223,14 +213,14 @@ class ShardedIterableDataset(IterableDataset):
         if self._resume is not None and self._resume["epoch"] != epoch:
             self._resume = None
         if epoch != self.epoch:
-            self._shared[_READ_TO_END:] = 0
-        self._shared[_EPOCH], self._shared[_EPOCH_SET] = epoch, 1
+            self._shared.read_to_end.zero_()
+        self._shared.epoch, self._shared.epoch_set = epoch, 1
         self._local_epoch = epoch
 
     @property
     def epoch(self) -> int:
-        if int(self._shared[_EPOCH_SET]):
-            return int(self._shared[_EPOCH])
+        if self._shared.epoch_set:
+            return self._shared.epoch
         return self._adopted_epoch
 
     def __len__(self) -> int:
@@ -243,7 +233,7 @@ class ShardedIterableDataset(IterableDataset):
         worker, num_workers = (0, 0) if info is None else (info.id, info.num_workers)
         again = self._passes > 0    # a persistent worker's second pass, or later
         try:
-            shape = self._loader_shape(sys._getframe(1), num_workers)
+            shape = self._loader_shape(num_workers)
             epoch = self.epoch if info is None else self._pass_epoch(info)
             self._notice_a_repeated_epoch(worker, epoch)
             return self._worker_items(worker, shape, epoch)
@@ -258,7 +248,7 @@ class ShardedIterableDataset(IterableDataset):
         """The epoch of a worker's pass, one for all its workers: a new copy holds the one
         set before ``iter(loader)``; a persistent worker agrees with its fellows (a later
         ``set_epoch`` waits, with a warning). A state loaded since the copy is refused."""
-        if int(self._shared[_LOADS]) != self._loads:
+        if self._shared.loads != self._loads:
             raise RuntimeError(
                 "load_state_dict() came after this DataLoader's persistent workers started: "
                 "they hold the dataset as it was and would read the epoch again. Load the "
@@ -267,8 +257,8 @@ class ShardedIterableDataset(IterableDataset):
         epoch = self._local_epoch if first and self._local_epoch is not None else now
         if info.id < _MARKED_WORKERS:
             mark = [(info.seed - info.id) % (1 << 62), self._passes]
-            self._pass_marks[info.id] = torch.tensor([*mark, epoch])
-            fellows = self._pass_marks[:min(info.num_workers, _MARKED_WORKERS)]
+            self._shared.passes[info.id] = torch.tensor([*mark, epoch])
+            fellows = self._shared.passes[:min(info.num_workers, _MARKED_WORKERS)]
             others = set(fellows[(fellows[:, :2] == torch.tensor(mark)).all(1), 2].tolist())
             others = others - {epoch} if not first else set()   # a new copy holds its own
             if others and (epoch != now or len(others) > 1):
@@ -276,7 +266,7 @@ class ShardedIterableDataset(IterableDataset):
                                    f"would mix epochs. Call set_epoch before iter(loader)")
             if others:
                 epoch = others.pop()
-                self._pass_marks[info.id, 2] = epoch
+                self._shared.passes[info.id, 2] = epoch
         if epoch != now:
             warnings.warn(f"set_epoch({now}) came after iter(loader): this iterator reads "
                           f"epoch {epoch}, the next one epoch {now}", RuntimeWarning,
@@ -342,11 +332,10 @@ class ShardedIterableDataset(IterableDataset):
     def checkpoint(self, batches_consumed: int, num_workers: int | None = None, *,
                    loader: Any = None) -> dict:
         """A resume point for a plain DataLoader: this rank took ``batches_consumed``
-        batches from the loader in the current epoch. How the loader iterated (workers,
-        batch size, ``drop_last``) is what the last iteration over this dataset saw;
-        ``loader=`` (the DataLoader) or ``num_workers=`` says it when it never iterated.
-        Pass the result to :meth:`load_state_dict` later, on any rank of a world of any
-        size."""
+        batches from the loader in the current epoch. The loader: ``loader=``, or
+        ``num_workers=`` for one that passes each item on, or the one :meth:`attach` told;
+        laid out as the one that last read this dataset. Pass the result to
+        :meth:`load_state_dict` later, on any rank of a world of any size."""
         shape = self._checkpoint_loader(batches_consumed, num_workers, loader)
         batching = self._batching(shape)
         limit = batching.batches(self.samples_per_rank)
@@ -358,6 +347,15 @@ class ShardedIterableDataset(IterableDataset):
         steps.append(_step(self.world_size, batching, int(batches_consumed)))
         return {"version": STATE_VERSION, "config": self._config(self.epoch),
                 "epoch": self.epoch, "history": steps}
+
+    def attach(self, loader: Any) -> Any:
+        """Tell the dataset the ``DataLoader`` (or ``StatefulDataLoader``) that reads it, by
+        its public ``num_workers``, ``batch_size``, ``drop_last`` and ``in_order``; returns
+        ``loader``. Call it before ``iter(loader)``: the workers get it with the pickled
+        dataset (under fork, forkserver and spawn) and deal whole loader batches, and
+        :meth:`checkpoint` counts them. Needed when the loader batches with workers."""
+        self._loader = _check_in_order(LoaderShape.of(loader))
+        return loader
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`checkpoint` (any rank, any world size) or a worker's
@@ -372,19 +370,19 @@ class ShardedIterableDataset(IterableDataset):
         epoch becomes the dataset's."""
         self._check_state(state)
         epoch, is_worker_state = int(state["epoch"]), "worker_id" in state
-        if int(self._shared[_EPOCH_SET]) and self.epoch != epoch:
+        if self._shared.epoch_set and self.epoch != epoch:
             self._skip_finished_state(state)
             return
         if get_worker_info() is None:
-            self._shared[_EPOCH], self._shared[_EPOCH_SET] = epoch, 1
-            self._shared[_LOADS] += 1
-            self._local_epoch, self._loads = epoch, int(self._shared[_LOADS])
+            self._shared.epoch, self._shared.epoch_set = epoch, 1
+            self._shared.loads += 1
+            self._local_epoch, self._loads = epoch, self._shared.loads
         else:   # a worker never moves the epoch that every process shares
             self._adopted_epoch = epoch
         self._resume = {"epoch": epoch, "shards": len(state["config"]["lengths"]),
                         "history": [dict(step) for step in state["history"]],
                         "worker": dict(state) if is_worker_state else None}
-        self._shared[_READ_TO_END:] = 0
+        self._shared.read_to_end.zero_()
 
     # -- inside: the layout of one epoch ---------------------------------------------
 
@@ -516,7 +514,7 @@ class ShardedIterableDataset(IterableDataset):
                 self._progress["yielded"] += 1
                 yield item if rng is None else self.transform(item, rng)
         if run.count > run.start and worker < _MARKED_WORKERS:
-            self._shared[_READ_TO_END + worker] = run.epoch + 1
+            self._shared.read_to_end[worker] = run.epoch + 1
 
     def _read_item(self, ids: np.ndarray, shards: np.ndarray):
         if self.batch_size is None:
@@ -525,57 +523,44 @@ class ShardedIterableDataset(IterableDataset):
 
     # -- inside: the loader, and the checks on it --------------------------------------
 
-    def _loader_shape(self, caller, num_workers: int) -> LoaderShape:
-        """How the DataLoader iterating this copy takes its items; refuses the shapes whose
-        order checkpoint() could not know, and records the shape for the main process."""
-        loader = _caller_with(caller, "dataset", "num_workers", "batch_size", "drop_last")
-        shape = LoaderShape.of(loader) if getattr(loader, "dataset", None) is self \
-            else self._loader
-        fetcher = caller.f_locals.get("self") if caller is not None else None
-        fetched = getattr(fetcher, "dataset", None) is self   # DataLoader's own fetcher
-        if shape is None and fetched and getattr(fetcher, "auto_collation", False):
+    def _loader_shape(self, num_workers: int) -> LoaderShape:
+        """How the loader reading this copy takes its items: the one :meth:`attach` told,
+        with the workers it has; untold, a loader that passes each item on. Recorded in
+        shared memory, so that :meth:`checkpoint` can tell whether it counts that loader."""
+        if self._loader is None and num_workers and self.batch_size is None:
             raise ValueError(
-                "the DataLoader batches this dataset's items, but its batch_size cannot be "
-                "seen from here, so checkpoint() could not count what was read: build "
+                "DataLoader workers read this dataset's samples, and the dataset was not told "
+                "how the loader batches them, so checkpoint() could not count what was read: "
+                "call ds.attach(loader) before iter(loader), or build "
                 "ShardedIterableDataset(..., batch_size=B) and DataLoader(ds, batch_size=None)")
-        shape = (shape or LoaderShape(num_workers, None, False, True))._replace(
+        shape = (self._loader or LoaderShape(0, None, False, True))._replace(
             num_workers=num_workers)
-        if num_workers > 1 and not shape.in_order:
-            raise ValueError(
-                "DataLoader(in_order=False) hands out batches in the order workers "
-                "finish them: the order would depend on timing, and checkpoint() could "
-                "not tell which batches were read. Use in_order=True (the default).")
-        info = get_worker_info()   # read through another dataset? (a loader's iterator above)
-        wrapped = info.dataset is not self if info else \
-            not fetched and _caller_with(caller, "_dataset", "_dataset_kind") is not None
-        self._record_loader(shape, wrapped)
+        self._shared.dealt = shape
         return shape
-
-    def _record_loader(self, shape: LoaderShape, wrapped: bool = False) -> None:
-        self._shared[_WORKERS:_WARNED] = torch.tensor(
-            [shape.num_workers + 1, shape.batch_size or 0, int(shape.drop_last), int(wrapped)])
-
-    def _recorded_loader(self) -> LoaderShape | None:
-        workers, batch, drop_last = (int(v) for v in self._shared[_WORKERS:_WRAPPED])
-        return LoaderShape(workers - 1, batch or None, bool(drop_last), True) if workers else None
 
     def _checkpoint_loader(self, batches: int, num_workers: int | None,
                            loader: Any) -> LoaderShape:
-        if loader is not None:
-            return LoaderShape.of(loader)
-        recorded = self._recorded_loader()
+        """The loader whose batches :meth:`checkpoint` counts: ``loader=``, a loader of
+        ``num_workers=`` that passes each item on, or the attached one. Refused when it is
+        not laid out like the loader whose workers last read this dataset."""
         if num_workers is not None:
-            _check_int("num_workers", num_workers, low=0, allow_none=True)
-            plain = recorded or LoaderShape(0, None, False, True)
-            return plain._replace(num_workers=int(num_workers))
-        if recorded is None and batches:
-            raise ValueError("checkpoint(batches_consumed, loader=...): this dataset was "
-                             "never iterated, so pass the DataLoader (or num_workers=)")
-        if int(self._shared[_WRAPPED]):
-            raise ValueError("checkpoint(batches_consumed, loader=...): the DataLoader reads "
-                             "this dataset through another one, whose items it cannot count; "
-                             "pass loader= only if that dataset passes the items on one for one")
-        return recorded or LoaderShape(0, None, False, True)
+            _check_int("num_workers", num_workers, low=0)
+            loader = LoaderShape(int(num_workers), None, False, True)
+        shape, dealt = LoaderShape.of(loader) if loader is not None else self._loader, \
+            self._shared.dealt
+        if shape is None and batches:
+            raise ValueError("checkpoint(batches_consumed) must know the loader whose batches "
+                             "it counts: call ds.attach(loader) before iter(loader), or pass "
+                             "checkpoint(batches_consumed, loader=loader)")
+        shape = shape or dealt or LoaderShape(0, None, False, True)
+        _check_in_order(shape)
+        if dealt is not None and self._batching(dealt) != self._batching(shape):
+            raise ValueError(
+                f"checkpoint() counts the batches of a loader with {_shape_words(shape)}, but "
+                f"this dataset was last read for one with {_shape_words(dealt)}: pass the "
+                f"loader that read it, and tell the dataset a loader that batches with "
+                f"ds.attach(loader) before iter(loader)")
+        return shape
 
     def _notice_a_repeated_epoch(self, worker: int, epoch: int) -> None:
         """Warn once (raise, ``strict=True``) when ``worker`` starts a pass over a shuffled
@@ -585,7 +570,7 @@ class ShardedIterableDataset(IterableDataset):
         deterministic: no word.) Each worker asks only its own mark: on a busy machine a
         worker may start after the other workers of the same pass have read their runs."""
         if worker >= _MARKED_WORKERS or not self.shuffle \
-                or int(self._shared[_READ_TO_END + worker]) != epoch + 1:
+                or int(self._shared.read_to_end[worker]) != epoch + 1:
             return
         message = (f"epoch {epoch} starts again on this dataset with the order and the "
                    f"augmentations of the pass before: call ds.set_epoch(epoch) before each "
@@ -593,8 +578,8 @@ class ShardedIterableDataset(IterableDataset):
                    f"dataset to read the same epoch twice on purpose")
         if self.strict:
             raise RuntimeError(message)
-        if not int(self._shared[_WARNED]):
-            self._shared[_WARNED] = 1
+        if not self._shared.warned:
+            self._shared.warned = 1
             warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     # -- inside: the checks on a state ---------------------------------------------------
@@ -650,15 +635,36 @@ class ShardedIterableDataset(IterableDataset):
                 % max(state["num_workers"], 1)
 
     def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_orders"] = {}
-        # Pickled for a spawned or forkserver worker? The worker cannot see the loader.
-        loader = _caller_with(sys._getframe(1), "dataset", "num_workers", "batch_size",
-                              "drop_last")
-        if getattr(loader, "dataset", None) is self:
-            state["_loader"] = LoaderShape.of(loader)
-            self._record_loader(state["_loader"])
-        return state
+        return {**self.__dict__, "_orders": {}}
+
+
+def _slot(i: int) -> property:
+    return property(lambda self: int(self.values[i]),
+                    lambda self, value: self.values.__setitem__(i, int(value)))
+
+
+class _Shared:
+    """What every copy of one dataset sees, DataLoader workers included (shared memory):
+    the epoch set, the states loaded in the main process, whether it warned, the loader
+    shape the last pass was dealt for; per worker (the first ``_MARKED_WORKERS``) the epoch
+    + 1 it last read to the end of its run, and its last pass (its loader's seed, the pass,
+    its epoch: see ``_pass_epoch``)."""
+    epoch, epoch_set, loads, warned = _slot(0), _slot(1), _slot(2), _slot(3)
+
+    def __init__(self) -> None:
+        self.values = torch.zeros(7, dtype=torch.int64).share_memory_()
+        self.read_to_end = torch.zeros(_MARKED_WORKERS, dtype=torch.int64).share_memory_()
+        self.passes = torch.zeros((_MARKED_WORKERS, 3), dtype=torch.int64).share_memory_()
+
+    @property
+    def dealt(self) -> LoaderShape | None:
+        workers, batch, drop_last = self.values[4:].tolist()
+        return LoaderShape(workers - 1, batch or None, bool(drop_last), True) if workers else None
+
+    @dealt.setter
+    def dealt(self, shape: LoaderShape) -> None:
+        self.values[4:] = torch.tensor([shape.num_workers + 1, shape.batch_size or 0,
+                                        int(shape.drop_last)])
 
 
 # -- 1. The order --------------------------------------------------------------------------
@@ -844,6 +850,20 @@ class LoaderShape(NamedTuple):
                    bool(getattr(loader, "in_order", True)))
 
 
+def _check_in_order(shape: LoaderShape) -> LoaderShape:
+    if shape.num_workers > 1 and not shape.in_order:
+        raise ValueError(
+            "DataLoader(in_order=False) hands out batches in the order workers finish them: "
+            "the order would depend on timing, and checkpoint() could not tell which "
+            "batches were read. Use in_order=True (the default).")
+    return shape
+
+
+def _shape_words(shape: LoaderShape) -> str:
+    return f"num_workers={shape.num_workers}, batch_size={shape.batch_size}, " \
+        f"drop_last={shape.drop_last}"
+
+
 class Batching(NamedTuple):
     """How one rank's samples become the loader's batches, dealt to its workers."""
     item_size: int          # samples per item the dataset yields (its batch_size, or 1)
@@ -902,24 +922,6 @@ def batches_taken(consumed: int, counts: np.ndarray) -> np.ndarray:
     loader yields, taking one from each worker in turn (longer runs first)."""
     workers = np.arange(len(counts))
     return np.minimum(counts, np.maximum(0, -(-(consumed - workers) // len(counts))))
-
-
-def _caller_with(frame, *attributes: str) -> Any:
-    """The nearest caller's ``self`` (from ``frame`` up) that has ``attributes``: with a
-    DataLoader's, the loader that is iterating. In the main process and in a forked worker
-    (its stack is a copy of the parent's) its ``__iter__`` is there; a spawned or
-    forkserver worker gets the loader's shape with the pickled dataset (``__getstate__``
-    runs inside that ``__iter__``). DataLoader passes a worker nothing else that says how
-    it batches."""
-    while frame is not None:
-        owner = frame.f_locals.get("self")
-        try:
-            if owner is not None and all(hasattr(owner, a) for a in attributes):
-                return owner
-        except Exception:   # an object whose attributes cannot be read
-            pass
-        frame = frame.f_back
-    return None
 
 
 # -- 4. The resume arithmetic --------------------------------------------------------------
