@@ -2,7 +2,9 @@
 or the DataLoader), shuffle before shard, exact resume at every boundary and onto a grown
 corpus, shards loaded once, an order in O(1) memory, refusals, a readable file."""
 
+import ast
 import copy
+import json
 import re
 import tracemalloc
 import warnings
@@ -17,9 +19,11 @@ from sharded_iterable_helpers import TIMEOUT, ids, refusal, shard_ranges
 from torch.utils.data import DataLoader
 
 from talk_helpers.model.dataloader import loader_batches, round_robin
+from talk_helpers.reference import sharded_iterable
 from talk_helpers.reference.sharded_iterable import (
     KeyedPermutation,
     LoaderShape,
+    ResumeState,
     ShardedIterableDataset,
 )
 
@@ -589,6 +593,39 @@ def test_each_bad_argument_gets_an_error_naming_it():
             ShardedIterableDataset.from_shards([range(4)], block_size=block_size)
     with pytest.raises(ValueError, match="epoch"):
         ShardedIterableDataset(10).set_epoch(-1)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs())
+def test_a_saved_state_is_plain_json_that_reads_back_to_itself(config):
+    shape = loader_of(config, max(config["workers"], 1))
+    ds = make(config, rank=config["world"] - 1)
+    ds.set_epoch(config["epoch"])
+    saved = ds.checkpoint(int(config["resume"] * loader_len(ds, shape)), loader=shape)
+    assert json.loads(json.dumps(saved)) == saved
+    assert ResumeState.from_dict(saved).to_dict() == saved
+    it = ds._worker_items(shape.num_workers - 1, shape)
+    for _ in range(int(config["resume"] * 3)):
+        next(it, None)
+    worker = ds.state_dict()           # no transform: no generator state, plain values
+    assert json.loads(json.dumps(worker)) == worker
+    assert ResumeState.from_dict(worker).to_dict() == worker
+    assert worker["worker_id"] == shape.num_workers - 1 and worker["version"] == 5
+
+
+def test_the_reference_dataset_reads_no_private_name_of_torch_or_python():
+    """No call-stack walk, no private torch attribute or module: what it reads of the
+    DataLoader is get_worker_info() and the attributes attach() reads."""
+    tree = ast.parse(open(sharded_iterable.__file__).read())
+    own = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    own |= {n.attr for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+    private = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+               and n.attr.startswith("_") and not n.attr.startswith("__")} - own
+    assert private <= {"_asdict", "_replace"}, "NamedTuple's public methods only"
+    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} - {"__future__"}
+    assert not [m for m in modules if any(part.startswith("_") for part in m.split("."))]
+    assert "f_locals" not in {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
 
 
 def test_a_state_from_another_configuration_is_refused():

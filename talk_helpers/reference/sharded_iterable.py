@@ -67,9 +67,6 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
     build the dataset the same way and call ``ds.load_state_dict(saved)`` before
     ``iter(loader)``. With the same loader the rest comes in the order it would have come;
     with another, each sample still once, dealt afresh.
-  - a state saved after the last batch of epoch ``e``, loaded into a new loader, then
-    ``set_epoch(e + 1)`` (before or after loading) reads epoch ``e + 1`` in full: a state
-    applies to its own epoch only, and never changes the epoch you set.
   - elastic: when every rank took the same ``k`` batches, ``checkpoint(k)`` from any rank
     loads on any rank of a world of any size; the new world deals what nobody read yet.
   - a corpus that grows: a checkpoint taken on ``n`` shards loads onto shards whose first
@@ -83,25 +80,21 @@ srun), the innermost first, else a world of one. Sources that cannot all be righ
 error that names them.
 
 What it refuses, with an error that says why: ``DataLoader(in_order=False)`` with several
-workers, at ``attach`` or ``checkpoint`` (the order would depend on timing, and
-``checkpoint`` could not tell what was read); workers reading samples for a loader that was
-not attached, and ``checkpoint`` for another loader than the one that read the dataset (it
-could not count the batches); a state that stops inside another epoch than the one set; a
-state from another configuration or another corpus (naming the shard); a
-``StatefulDataLoader`` state loaded by another rank, world size, number of workers or batch
-size; a state loaded while a DataLoader's persistent workers run (they hold the dataset as
-it was); a shard whose ``load`` returns another length than ``lengths`` declares.
+workers, at ``attach`` or ``checkpoint`` (an order that depends on timing); workers reading
+samples for a loader never attached, and ``checkpoint`` for another loader than the one that
+read the dataset (the batches could not be counted); a state that stops inside another epoch
+than the one set, comes from another configuration or corpus (naming the shard), is a
+``StatefulDataLoader`` worker's loaded by another rank, world size, worker count or batch
+size, or is loaded while persistent workers run; a shard whose ``load`` returns another
+length than ``lengths`` declares.
 
-How others do it, from their installed sources: mosaicml-streaming 0.13 orders samples by
-``num_canonical_nodes`` (``streaming/base/dataset.py``; its ``py1br`` blocks hold at least
-``1 << 18`` samples), litdata 0.2.76 by the first run's layout (``_setup_elastic_resume``).
-Here the resume point keeps the history of the layouts the epoch went through.
-
-The module needs only torch and numpy: copy it into your project.
+The module needs only torch and numpy, and of torch only its public API (tested on torch
+2.13, the package's range): copy it into your project.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -123,8 +116,6 @@ LAUNCHERS = (("torchrun", "RANK", ("WORLD_SIZE",)),
              ("SLURM", "SLURM_PROCID", ("SLURM_NTASKS",)))
 _MARKED_WORKERS = 64   # workers whose passes are marked in shared memory (_Shared)
 _CHUNK = 4096   # sample ids computed at once, at most
-# Only torch's public API (tested on torch 2.13, the package's range): the loader's shape
-# comes from get_worker_info() inside a worker and from attach() or checkpoint(loader=).
 
 
 class ShardedIterableDataset(IterableDataset):
@@ -151,17 +142,17 @@ class ShardedIterableDataset(IterableDataset):
         self.batch_size = None if batch_size is None else int(batch_size)
         self.shuffle, self.seed, self.policy = bool(shuffle), int(seed), policy
         self.transform, self.collate_fn, self.strict = transform, collate_fn, bool(strict)
-        self.block_size: int | None = None
-        self.block_bytes: int | None = None
+        self.block_size, self.block_bytes = None, None   # from_shards sets them
         self._shards = _Shards.of_source(source)
         # Seen by every copy (set_epoch reaches persistent workers; workers say what they
         # read); a worker's own copy: the passes it began, the epoch set, the states loaded.
         self._shared = _Shared()
         self._passes, self._local_epoch, self._loads = 0, None, 0
-        self._resume: dict | None = None     # a loaded resume point, for its epoch only
+        self._resume: ResumeState | None = None   # a loaded state, for its epoch only
         self._adopted_epoch = 0              # a worker's epoch from a state, when none is set
         self._rotation = 0                   # the worker that reads run 0 (load_state_dict)
-        self._progress: dict | None = None   # where this process's iteration stands
+        self._progress: ResumeState | None = None   # where this process's iteration stands
+        self._rng: torch.Generator | None = None     # its augmentation generator
         self._loader: LoaderShape | None = None   # attach()'s, pickled with the dataset
         self._orders: dict = {}
 
@@ -210,7 +201,7 @@ class ShardedIterableDataset(IterableDataset):
         A resume point loaded for another epoch is forgotten (see :meth:`load_state_dict`)."""
         _check_int("epoch", epoch, low=0)
         epoch = int(epoch)
-        if self._resume is not None and self._resume["epoch"] != epoch:
+        if self._resume is not None and self._resume.epoch != epoch:
             self._resume = None
         if epoch != self.epoch:
             self._shared.read_to_end.zero_()
@@ -322,12 +313,11 @@ class ShardedIterableDataset(IterableDataset):
     def state_dict(self) -> dict:
         """Where this process's iteration stands (a worker's copy, or the main process):
         what a ``StatefulDataLoader`` saves for each worker."""
-        progress = dict(self._progress or _no_progress(self.epoch))
-        rng = progress.pop("rng", None)   # the augmentation generator, saved mid-stream
-        return {"version": STATE_VERSION, "config": self._config(progress["epoch"]),
-                "rank": self.rank, "world_size": self.world_size,
-                "finished": progress["yielded"] >= progress["run_items"],
-                "rng_state": None if rng is None else rng.get_state(), **progress}
+        progress = self._progress or ResumeState({}, self.epoch, [], worker=True)
+        return dataclasses.replace(
+            progress, config=self._config(progress.epoch), rank=self.rank,
+            world_size=self.world_size,
+            rng_state=None if self._rng is None else self._rng.get_state()).to_dict()
 
     def checkpoint(self, batches_consumed: int, num_workers: int | None = None, *,
                    loader: Any = None) -> dict:
@@ -343,10 +333,11 @@ class ShardedIterableDataset(IterableDataset):
                    meaning=f"an int in 0..{limit} (the batches this loader yields this epoch)")
         steps = self._steps(self.epoch)
         if steps and _same_layout(steps[-1], self.world_size, batching):
-            batches_consumed += steps.pop()["batches"]   # the loader read on from there
-        steps.append(_step(self.world_size, batching, int(batches_consumed)))
-        return {"version": STATE_VERSION, "config": self._config(self.epoch),
-                "epoch": self.epoch, "history": steps}
+            batches_consumed += steps.pop().batches   # the loader read on from there
+        steps.append(Step(self.world_size, batching.workers, shape.batch_size if
+                          batching.items_per_batch > 1 else None, batching.drop_last,
+                          int(batches_consumed)))
+        return ResumeState(self._config(self.epoch), self.epoch, steps).to_dict()
 
     def attach(self, loader: Any) -> Any:
         """Tell the dataset the ``DataLoader`` (or ``StatefulDataLoader``) that reads it, by
@@ -368,10 +359,11 @@ class ShardedIterableDataset(IterableDataset):
         starts afresh), and one that stops inside its epoch is refused; ``set_epoch`` to
         another epoch after loading forgets the state. With no epoch set, the state's
         epoch becomes the dataset's."""
-        self._check_state(state)
-        epoch, is_worker_state = int(state["epoch"]), "worker_id" in state
+        saved = ResumeState.from_dict(state)
+        self._check_state(saved)
+        epoch = saved.epoch
         if self._shared.epoch_set and self.epoch != epoch:
-            self._skip_finished_state(state)
+            self._skip_finished_state(saved)
             return
         if get_worker_info() is None:
             self._shared.epoch, self._shared.epoch_set = epoch, 1
@@ -379,9 +371,7 @@ class ShardedIterableDataset(IterableDataset):
             self._local_epoch, self._loads = epoch, self._shared.loads
         else:   # a worker never moves the epoch that every process shares
             self._adopted_epoch = epoch
-        self._resume = {"epoch": epoch, "shards": len(state["config"]["lengths"]),
-                        "history": [dict(step) for step in state["history"]],
-                        "worker": dict(state) if is_worker_state else None}
+        self._resume = saved
         self._shared.read_to_end.zero_()
 
     # -- inside: the layout of one epoch ---------------------------------------------
@@ -393,8 +383,8 @@ class ShardedIterableDataset(IterableDataset):
     def _corpus(self, epoch: int) -> _Shards:
         """The shards ``epoch`` reads: all of them, or for a resumed epoch the ones its
         resume point was saved with (shards added since join from the next epoch)."""
-        if self._resume is not None and self._resume["epoch"] == epoch:
-            return self._shards.first(self._resume["shards"])
+        if self._resume is not None and self._resume.epoch == epoch:
+            return self._shards.first(len(self._resume.config["lengths"]))
         return self._shards
 
     def _order(self, epoch: int) -> EpochOrder:
@@ -413,13 +403,13 @@ class ShardedIterableDataset(IterableDataset):
     def _ids(self, epoch: int, positions: np.ndarray) -> np.ndarray:
         return self._order(epoch).ids(np.asarray(positions, dtype=np.int64))[0]
 
-    def _steps(self, epoch: int) -> list[dict]:
+    def _steps(self, epoch: int) -> list[Step]:
         """The layouts the epoch went through before now, from a loaded resume point."""
-        if self._resume is not None and self._resume["epoch"] == epoch:
-            return [dict(step) for step in self._resume["history"]]
+        if self._resume is not None and self._resume.epoch == epoch:
+            return list(self._resume.history)
         return []
 
-    def _remaining(self, epoch: int, steps: list[dict] | None = None) -> Positions:
+    def _remaining(self, epoch: int, steps: list[Step] | None = None) -> Positions:
         """The positions of the epoch's order that the ranks split: all of them, or what
         the ``steps`` (default: the loaded resume point's) had not read, in order."""
         steps = self._steps(epoch) if steps is None else steps
@@ -438,17 +428,17 @@ class ShardedIterableDataset(IterableDataset):
         run = self._worker_run(epoch, worker, shape)
         rng = None
         if self.transform is not None:
-            rng = torch.Generator().manual_seed(_mix_seed(self.seed, epoch, self.rank,
-                                                          run.index, 1))
+            seed = _mix_seed(self.seed, epoch, self.rank, run.index, 1)
+            rng = torch.Generator().manual_seed(seed)
             if run.rng_state is not None:
                 rng.set_state(run.rng_state)
         # Set now, not at the first next(): a state taken in between describes this epoch.
-        self._progress = {"epoch": epoch, "history": run.history, "worker_id": worker,
-                          "num_workers": shape.num_workers, "run": run.index,
-                          "yielded": run.start, "run_items": run.count,
-                          "rank_batches": run.rank_batches,
-                          "loader_batch_size": shape.batch_size,
-                          "drop_last": shape.drop_last, "rng": rng}
+        self._progress = ResumeState(
+            {}, epoch, run.history, worker=True, worker_id=worker, num_workers=shape.num_workers,
+            run=run.index, yielded=run.start, run_items=run.count,
+            rank_batches=run.rank_batches, loader_batch_size=shape.batch_size,
+            drop_last=shape.drop_last)
+        self._rng = rng
         return self._read_run(run, rng, worker)
 
     def _worker_run(self, epoch: int, worker: int, shape: LoaderShape) -> _Run:
@@ -457,17 +447,17 @@ class ShardedIterableDataset(IterableDataset):
         next, where it stopped; after the worker's own saved state, where that stopped."""
         batching = self._batching(shape)
         saved = self._saved_worker_state(epoch, shape)
-        steps = saved["history"] if saved else self._steps(epoch)
+        steps = saved.history if saved else self._steps(epoch)
         last = steps[-1] if steps and not saved and \
             _same_layout(steps[-1], self.world_size, batching) else None
         steps = steps[:-1] if last else steps
         left = self._remaining(epoch, steps)
         layout = RankLayout.of(left.length, self.world_size, self.policy, batching)
         if saved:
-            index, done = int(saved["run"]), int(saved["yielded"])
+            index, done = int(saved.run), int(saved.yielded)
         elif last:     # a new loader asks worker 0 first: it takes the run that came next
-            index = (worker + last["batches"]) % batching.workers
-            done = int(batches_taken(last["batches"], layout.counts)[index]) \
+            index = (worker + last.batches) % batching.workers
+            done = int(batches_taken(last.batches, layout.counts)[index]) \
                 * batching.items_per_batch
         else:
             index, done = (worker - self._rotation) % batching.workers, 0
@@ -477,21 +467,19 @@ class ShardedIterableDataset(IterableDataset):
         return _Run(epoch=epoch, history=steps, positions=left, index=index, first=first,
                     stop=stop, start=min(done, count), count=count,
                     rank_batches=layout.total_batches,
-                    rng_state=saved["rng_state"] if saved else None)
+                    rng_state=saved.rng_state if saved else None)
 
-    def _saved_worker_state(self, epoch: int, shape: LoaderShape) -> dict | None:
+    def _saved_worker_state(self, epoch: int, shape: LoaderShape) -> ResumeState | None:
         """The StatefulDataLoader state this worker loaded for ``epoch``, if any; refused
         when the loader batches otherwise than the one that saved it."""
-        saved = self._resume["worker"] if self._resume and self._resume["epoch"] == epoch \
-            else None
-        if saved is None or saved["worker_id"] is None:
+        saved = self._resume
+        if saved is None or saved.epoch != epoch or not saved.worker or saved.worker_id is None:
             return None
-        if (saved["loader_batch_size"], saved["drop_last"]) != (shape.batch_size,
-                                                                shape.drop_last):
+        if (saved.loader_batch_size, saved.drop_last) != (shape.batch_size, shape.drop_last):
             raise ValueError(
                 f"a StatefulDataLoader state resumes only a loader that batches the same "
-                f"way: saved with batch_size={saved['loader_batch_size']}, drop_last="
-                f"{saved['drop_last']}; loaded with batch_size={shape.batch_size}, "
+                f"way: saved with batch_size={saved.loader_batch_size}, drop_last="
+                f"{saved.drop_last}; loaded with batch_size={shape.batch_size}, "
                 f"drop_last={shape.drop_last}. Save ds.checkpoint(batches_consumed) to "
                 f"change it")
         return saved
@@ -511,7 +499,7 @@ class ShardedIterableDataset(IterableDataset):
                 if self._shards.load is not None:
                     self._shards.keep_blocks(set(blocks[cut].tolist()), order.block_of_shard)
                 item = self._read_item(ids[cut], shards[cut])
-                self._progress["yielded"] += 1
+                self._progress.yielded += 1
                 yield item if rng is None else self.transform(item, rng)
         if run.count > run.start and worker < _MARKED_WORKERS:
             self._shared.read_to_end[worker] = run.epoch + 1
@@ -564,11 +552,9 @@ class ShardedIterableDataset(IterableDataset):
 
     def _notice_a_repeated_epoch(self, worker: int, epoch: int) -> None:
         """Warn once (raise, ``strict=True``) when ``worker`` starts a pass over a shuffled
-        epoch that it already read to its end in a pass before: the loop forgot
-        ``set_epoch``, and the pass would repeat the order and the augmentations.
-        (Unshuffled, a second pass is usually an evaluation, and a transform may well be
-        deterministic: no word.) Each worker asks only its own mark: on a busy machine a
-        worker may start after the other workers of the same pass have read their runs."""
+        epoch it already read to its end: the loop forgot ``set_epoch`` (unshuffled, it is
+        likely an evaluation). Each worker asks only its own mark: on a busy machine, one
+        may start after the others of the same pass read their runs."""
         if worker >= _MARKED_WORKERS or not self.shuffle \
                 or int(self._shared.read_to_end[worker]) != epoch + 1:
             return
@@ -591,48 +577,40 @@ class ShardedIterableDataset(IterableDataset):
                 "policy": self.policy, "batch_size": self.batch_size,
                 "block_size": self.block_size, "block_bytes": self.block_bytes}
 
-    def _check_state(self, state: Any) -> None:
+    def _check_state(self, state: ResumeState) -> None:
         """Refuse a state this dataset cannot resume, saying why."""
-        version = state.get("version") if isinstance(state, dict) else None
-        if version != STATE_VERSION:
-            raise ValueError(
-                f"state has version {version}, from an older copy of this file that knew "
-                f"shards by length only: finish its epoch with that copy, or start afresh"
-                if isinstance(version, int) and version < STATE_VERSION else "state was not "
-                f"made by ShardedIterableDataset.state_dict() or .checkpoint() (version "
-                f"{STATE_VERSION})")
-        saved, now = state["config"], self._config(-1)
+        saved, now = state.config, self._config(-1)
         differ = [f"{k}: saved {saved.get(k)!r}, now {v!r}" for k, v in now.items()
                   if k not in ("lengths", "names", "fingerprints") and saved.get(k) != v]
         if differ:
             raise ValueError("state comes from a different configuration: " + "; ".join(differ))
         self._shards.check_grown_from(saved)
-        if "worker_id" in state:
+        if state.worker:
             _check_worker_state(state, self.rank, self.world_size)
 
-    def _skip_finished_state(self, state: dict) -> None:
+    def _skip_finished_state(self, state: ResumeState) -> None:
         """A state of another epoch than the one set: nothing to resume if it was saved
         after its epoch's last batch; refused if it stops inside its epoch."""
-        epoch = int(state["epoch"])
-        if "worker_id" in state:
-            finished = state["finished"]
+        epoch = state.epoch
+        if state.worker:
+            finished = state.finished
         else:
-            *before, last = state["history"]
-            left = remaining(int(sum(state["config"]["lengths"])), before, self._item_size,
+            *before, last = state.history
+            left = remaining(int(sum(state.config["lengths"])), before, self._item_size,
                              self.policy)
-            layout = RankLayout.of(left.length, last["world_size"], self.policy,
+            layout = RankLayout.of(left.length, last.world_size, self.policy,
                                    Batching.of_step(last, self._item_size))
-            finished = last["batches"] >= layout.total_batches
+            finished = last.batches >= layout.total_batches
         if not finished:
             raise ValueError(
                 f"this state stops inside epoch {epoch}, but epoch {self.epoch} is set: "
                 f"loading it would skip the rest of epoch {epoch} without a trace. Set "
                 f"epoch {epoch} to finish it, or start epoch {self.epoch} without the state")
-        if "worker_id" in state and get_worker_info() is not None:
+        if state.worker and get_worker_info() is not None:
             # A StatefulDataLoader goes on asking the worker after the one that gave the
             # last batch: that worker reads the first run of the new epoch.
-            self._rotation = (state["rank_batches"] + state["worker_id"] - state["run"]) \
-                % max(state["num_workers"], 1)
+            self._rotation = (state.rank_batches + state.worker_id - state.run) \
+                % max(state.num_workers, 1)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_orders": {}}
@@ -644,11 +622,9 @@ def _slot(i: int) -> property:
 
 
 class _Shared:
-    """What every copy of one dataset sees, DataLoader workers included (shared memory):
-    the epoch set, the states loaded in the main process, whether it warned, the loader
-    shape the last pass was dealt for; per worker (the first ``_MARKED_WORKERS``) the epoch
-    + 1 it last read to the end of its run, and its last pass (its loader's seed, the pass,
-    its epoch: see ``_pass_epoch``)."""
+    """What every copy of one dataset sees, workers included (shared memory): the epoch set,
+    the states loaded, whether it warned, the shape the last pass was dealt for; per worker
+    the epoch + 1 it last read to its end, and its last pass (seed, pass, epoch)."""
     epoch, epoch_set, loads, warned = _slot(0), _slot(1), _slot(2), _slot(3)
 
     def __init__(self) -> None:
@@ -872,9 +848,9 @@ class Batching(NamedTuple):
     workers: int            # runs to deal (num_workers, or 1 in the main process)
 
     @classmethod
-    def of_step(cls, step: dict, item_size: int) -> Batching:
-        return cls(item_size, step["loader_batch_size"] or 1, step["drop_last"],
-                   max(step["num_workers"], 1))
+    def of_step(cls, step: Step, item_size: int) -> Batching:
+        return cls(item_size, step.loader_batch_size or 1, step.drop_last,
+                   max(step.num_workers, 1))
 
     @property
     def samples(self) -> int:
@@ -954,7 +930,7 @@ class Positions:
         return out
 
 
-def remaining(samples: int, steps: list[dict], item_size: int, policy: str) -> Positions:
+def remaining(samples: int, steps: list[Step], item_size: int, policy: str) -> Positions:
     """The positions of an epoch of ``samples`` that the layouts ``steps`` left unread."""
     positions = Positions([(0, samples)])
     for step in steps:
@@ -962,13 +938,13 @@ def remaining(samples: int, steps: list[dict], item_size: int, policy: str) -> P
     return positions
 
 
-def unread(positions: Positions, step: dict, item_size: int, policy: str) -> Positions:
-    """What a world had not read of ``positions`` after each rank took ``step["batches"]``
+def unread(positions: Positions, step: Step, item_size: int, policy: str) -> Positions:
+    """What a world had not read of ``positions`` after each rank took ``step.batches``
     batches: each worker's rest of its run, rank by rank, then the part of each rank that
     no worker was dealt (``drop_last``) and the positions "drop" left out."""
-    world = step["world_size"]
+    world = step.world_size
     layout = RankLayout.of(positions.length, world, policy, Batching.of_step(step, item_size))
-    taken = batches_taken(step["batches"], layout.counts)
+    taken = batches_taken(step.batches, layout.counts)
     dealt = min(layout.total_batches * layout.batching.samples, layout.per_rank)
     pieces = []
     for rank in range(world):
@@ -982,17 +958,65 @@ def unread(positions: Positions, step: dict, item_size: int, policy: str) -> Pos
     return Positions(pieces)
 
 
-def _step(world_size: int, batching: Batching, batches: int) -> dict:
-    """One line of a resume point's history: the layout, and the batches each rank took."""
-    return {"world_size": world_size, "num_workers": batching.workers,
-            "loader_batch_size": None if batching.items_per_batch == 1 else
-            batching.items_per_batch, "drop_last": batching.drop_last, "batches": batches}
+class Step(NamedTuple):
+    """One line of a resume point's history: a layout, and the batches each rank took."""
+    world_size: int
+    num_workers: int                 # the loader's (1 for none)
+    loader_batch_size: int | None    # items per loader batch (None: passed on one by one)
+    drop_last: bool
+    batches: int
 
 
-def _same_layout(step: dict, world_size: int, batching: Batching) -> bool:
+@dataclasses.dataclass
+class ResumeState:
+    """A saved state: a resume point (``checkpoint``: the layouts its epoch went through)
+    or one worker's (``state_dict``, for a StatefulDataLoader: also where that worker
+    stands). :meth:`to_dict` gives what is saved, plain values with a ``version``, and
+    :meth:`from_dict` reads it back, refusing another version."""
+    config: dict
+    epoch: int
+    history: list[Step]
+    worker: bool = False                 # one worker's state: the fields below are its
+    rank: int | None = None
+    world_size: int | None = None
+    worker_id: int | None = None         # None: saved before it iterated
+    num_workers: int | None = None
+    run: int | None = None               # the run of the rank's batches it reads
+    yielded: int = 0                     # items of that run yielded
+    run_items: int = 0
+    rank_batches: int = 0
+    loader_batch_size: int | None = None
+    drop_last: bool = False
+    rng_state: Any = None                # its augmentation generator's
+    finished = property(lambda self: self.yielded >= self.run_items)
+
+    def to_dict(self) -> dict:
+        state = {"version": STATE_VERSION, "config": self.config, "epoch": self.epoch,
+                 "history": [step._asdict() for step in self.history]}
+        if self.worker:
+            state.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self)[4:]},
+                         finished=self.finished)
+        return state
+
+    @classmethod
+    def from_dict(cls, state: Any) -> ResumeState:
+        version = state.get("version") if isinstance(state, dict) else None
+        if isinstance(version, int) and version < STATE_VERSION:
+            raise ValueError(f"state has version {version}, from an older copy of this file "
+                             f"that knew shards by length only: finish its epoch with that "
+                             f"copy, or start afresh")
+        if version != STATE_VERSION:
+            raise ValueError(f"state was not made by ShardedIterableDataset.state_dict() or "
+                             f".checkpoint() (version {STATE_VERSION})")
+        names = {f.name for f in dataclasses.fields(cls)[3:]} - {"worker"}
+        return cls(state["config"], int(state["epoch"]), [Step(**s) for s in state["history"]],
+                   worker="worker_id" in state, **{k: state[k] for k in names & state.keys()})
+
+
+def _same_layout(step: Step, world_size: int, batching: Batching) -> bool:
     """Whether ``step`` was read by a loader laid out like ``batching``: then each worker
     resumes its own run where the loader stopped, in the order it would have come."""
-    return step["world_size"] == world_size and \
+    return step.world_size == world_size and \
         Batching.of_step(step, batching.item_size) == batching
 
 
@@ -1000,7 +1024,7 @@ class _Run(NamedTuple):
     """One worker's part of a rank's epoch: items ``start..count-1`` of run ``index``,
     which covers places ``first..stop-1`` of ``positions``."""
     epoch: int
-    history: list           # the layouts before the one the run belongs to
+    history: list[Step]     # the layouts before the one the run belongs to
     positions: Positions
     index: int
     first: int
@@ -1011,22 +1035,17 @@ class _Run(NamedTuple):
     rng_state: Any
 
 
-def _no_progress(epoch: int) -> dict:
-    return {"epoch": epoch, "history": [], "worker_id": None, "num_workers": None,
-            "run": None, "yielded": 0, "run_items": 0, "rank_batches": 0,
-            "loader_batch_size": None, "drop_last": False}
-
-
-def _check_worker_state(state: dict, rank: int, world_size: int) -> None:
+def _check_worker_state(state: ResumeState, rank: int, world_size: int) -> None:
     """A StatefulDataLoader's state resumes one worker of one rank, read by a loader with
     as many workers: anything else is refused here, before a batch is read."""
-    if state["worker_id"] is None:   # saved before any iteration: nothing to resume
+    if state.worker_id is None:   # saved before any iteration: nothing to resume
         return
     info = get_worker_info()
     now = {"rank": rank, "world_size": world_size,
            "num_workers": 0 if info is None else info.num_workers,
            "worker_id": 0 if info is None else info.id}
-    differ = [f"{k} {state.get(k)} then, {v} now" for k, v in now.items() if state.get(k) != v]
+    differ = [f"{k} {getattr(state, k)} then, {v} now" for k, v in now.items()
+              if getattr(state, k) != v]
     if differ:
         raise ValueError(
             "a StatefulDataLoader state resumes only the same rank of the same world, read "
@@ -1146,8 +1165,6 @@ class _Shards:
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "cache": {}}
-
-
 
 
 def _shard_lengths(shards: list, lengths: Sequence[int] | None,
