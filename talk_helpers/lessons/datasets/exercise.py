@@ -38,8 +38,8 @@ def shard_ranges(sizes=SHARD_SIZES) -> list[range]:
 
 @contextlib.contextmanager
 def as_worker(dataset, worker: int, num_workers: int):
-    """Make ``get_worker_info()`` answer as in DataLoader worker ``worker`` while the
-    block runs (in this process)."""
+    """Make ``get_worker_info()`` answer as in DataLoader worker ``worker`` while the block
+    runs (in this process): torch's private ``_worker_info``, tested on torch 2.13 only."""
     saved = _worker._worker_info
     _worker._worker_info = _worker.WorkerInfo(id=worker, num_workers=num_workers,
                                               seed=worker, dataset=dataset)
