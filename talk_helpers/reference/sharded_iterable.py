@@ -144,10 +144,8 @@ class ShardedIterableDataset(IterableDataset):
         self.transform, self.collate_fn, self.strict = transform, collate_fn, bool(strict)
         self.block_size, self.block_bytes = None, None   # from_shards sets them
         self._shards = _Shards.of_source(source)
-        # Seen by every copy (set_epoch reaches persistent workers; workers say what they
-        # read); a worker's own copy: the passes it began, the epoch set, the states loaded.
-        self._shared = _Shared()
-        self._passes, self._local_epoch, self._loads = 0, None, 0
+        self._shared = _Shared()   # seen by every copy: persistent workers too
+        self._passes, self._local_epoch, self._loads = 0, None, 0   # this copy's own
         self._resume: ResumeState | None = None   # a loaded state, for its epoch only
         self._adopted_epoch = 0              # a worker's epoch from a state, when none is set
         self._rotation = 0                   # the worker that reads run 0 (load_state_dict)
@@ -343,8 +341,9 @@ class ShardedIterableDataset(IterableDataset):
         """Tell the dataset the ``DataLoader`` (or ``StatefulDataLoader``) that reads it, by
         its public ``num_workers``, ``batch_size``, ``drop_last`` and ``in_order``; returns
         ``loader``. Call it before ``iter(loader)``: the workers get it with the pickled
-        dataset (under fork, forkserver and spawn) and deal whole loader batches, and
-        :meth:`checkpoint` counts them. Needed when the loader batches with workers."""
+        dataset (under fork, forkserver and spawn) and deal whole loader batches, which
+        :meth:`checkpoint` then counts without ``loader=``. Without it, workers reading
+        samples (no ``batch_size``) and a checkpoint of a loader that batches are refused."""
         self._loader = _check_in_order(LoaderShape.of(loader))
         return loader
 
