@@ -20,7 +20,7 @@ from torch.utils.data import (
     get_worker_info,
 )
 
-from talk_helpers.reference.sharded_iterable import ShardedIterableDataset
+from talk_helpers.reference.sharded_iterable import LoaderShape, ShardedIterableDataset
 
 
 def concat(items):
@@ -147,6 +147,30 @@ def test_a_checkpoint_of_a_batching_loader_not_attached_is_refused_never_miscoun
     again = ShardedIterableDataset(40, batch_size=2, seed=1)
     again.load_state_dict(ds.checkpoint(2))
     assert full[:2] + [ids([b]) for b in again.attach(loader_of(again))] == full
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(item=st.sampled_from([None, 3]), workers=st.integers(0, 3),
+       batch=st.sampled_from([None, 1, 2, 5]), drop_last=st.booleans(), attached=st.booleans())
+def test_a_checkpoint_counts_a_loader_only_as_its_workers_were_dealt(item, workers, batch,
+                                                                     drop_last, attached):
+    """Untold, workers deal single items: a checkpoint of a loader that batches more than
+    one item is refused, never miscounted; attached, it is counted. (``_loader_shape`` is
+    what ``iter()`` runs in every worker, with the worker count get_worker_info() gives.)"""
+    ds = ShardedIterableDataset(60, batch_size=item, seed=1)
+    loader = LoaderShape(workers, batch, drop_last and batch is not None, True)
+    if attached:
+        ds.attach(loader)
+    if item is None and workers and not attached:
+        assert "call ds.attach(loader)" in refusal(lambda: ds._loader_shape(workers))
+        return
+    ds._loader_shape(workers)
+    if attached or (batch or 1) == 1:
+        assert ds.checkpoint(1, loader=loader)["history"][0]["batches"] == 1
+        assert attached or "must know the loader" in refusal(lambda: ds.checkpoint(1))
+    else:
+        message = refusal(lambda: ds.checkpoint(1, loader=loader))
+        assert f"batch_size={batch}" in message and "ds.attach(loader)" in message
 
 
 class _Wrapper(IterableDataset):

@@ -414,9 +414,9 @@ class ShardedIterableDataset(IterableDataset):
         steps = self._steps(epoch) if steps is None else steps
         return remaining(self._corpus(epoch).total, steps, self._item_size, self.policy)
 
-    def _batching(self, shape: LoaderShape) -> Batching:
-        return Batching(self._item_size, shape.batch_size or 1, shape.drop_last,
-                        max(shape.num_workers, 1))
+    def _batching(self, shape: LoaderShape) -> Batching:   # drop_last means nothing for 1
+        return Batching(self._item_size, shape.batch_size or 1, shape.drop_last and
+                        (shape.batch_size or 1) > 1, max(shape.num_workers, 1))
 
     # -- inside: one worker's items ----------------------------------------------------
 
@@ -848,8 +848,8 @@ class Batching(NamedTuple):
 
     @classmethod
     def of_step(cls, step: Step, item_size: int) -> Batching:
-        return cls(item_size, step.loader_batch_size or 1, step.drop_last,
-                   max(step.num_workers, 1))
+        return cls(item_size, step.loader_batch_size or 1, step.drop_last and
+                   (step.loader_batch_size or 1) > 1, max(step.num_workers, 1))
 
     @property
     def samples(self) -> int:
