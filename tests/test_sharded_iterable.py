@@ -2,7 +2,9 @@
 or the DataLoader), shuffle before shard, exact resume at every boundary and onto a grown
 corpus, shards loaded once, an order in O(1) memory, refusals, a readable file."""
 
+import ast
 import copy
+import json
 import re
 import tracemalloc
 import warnings
@@ -17,9 +19,11 @@ from sharded_iterable_helpers import TIMEOUT, ids, refusal, shard_ranges
 from torch.utils.data import DataLoader
 
 from talk_helpers.model.dataloader import loader_batches, round_robin
+from talk_helpers.reference import sharded_iterable
 from talk_helpers.reference.sharded_iterable import (
     KeyedPermutation,
     LoaderShape,
+    ResumeState,
     ShardedIterableDataset,
 )
 
@@ -260,7 +264,8 @@ def _epoch_one(kind, num_workers, persistent, set_first):
     batches = 0
     for _ in loader:
         batches += 1
-        state = loader.state_dict() if kind == "stateful" else ds.checkpoint(batches)
+        state = loader.state_dict() if kind == "stateful" else ds.checkpoint(batches,
+                                                                               loader=loader)
     fresh = ShardedIterableDataset.from_shards(shard_ranges([26, 9, 14, 12]), batch_size=5,
                                                seed=4)
     resumed = cls(fresh, **options)
@@ -320,8 +325,8 @@ def test_stateful_dataloader_resumes_mid_epoch_exactly_once(num_workers):
 def test_plain_dataloader_resume_may_change_the_number_of_workers():
     ds = ShardedIterableDataset(100, batch_size=7, seed=5)
     ds.set_epoch(2)
-    full = list(DataLoader(ds, batch_size=None, num_workers=2, timeout=TIMEOUT))
-    saved = ds.checkpoint(batches_consumed=5)     # the loader's 2 workers, remembered
+    full = list(ds.attach(DataLoader(ds, batch_size=None, num_workers=2, timeout=TIMEOUT)))
+    saved = ds.checkpoint(batches_consumed=5)     # the attached loader's 2 workers
     assert saved["history"] == [{"world_size": 1, "num_workers": 2, "batches": 5,
                                  "loader_batch_size": None, "drop_last": False}]
     fresh = ShardedIterableDataset(100, batch_size=7, seed=5)
@@ -336,30 +341,31 @@ def test_plain_dataloader_resume_may_change_the_number_of_workers():
     assert len(list(DataLoader(fresh, batch_size=None))) == len(full)
 
 
-def test_checkpoint_before_any_iteration_needs_the_loader():
+def test_checkpoint_needs_the_loader_it_counts_unless_nothing_was_read():
     ds = ShardedIterableDataset(100, batch_size=7)
     assert ds.checkpoint(0)["history"] == [{"world_size": 1, "num_workers": 1, "batches": 0,
                                             "loader_batch_size": None, "drop_last": False}]
-    with pytest.raises(ValueError, match=r"never iterated, so pass the DataLoader"):
+    with pytest.raises(ValueError, match=r"must know the loader whose batches it counts: "
+                                         r"call ds.attach\(loader\) before iter\(loader\)"):
         ds.checkpoint(3)
     assert ds.checkpoint(3, loader=loader(2, 4))["history"][0]["loader_batch_size"] == 4
     with pytest.raises(ValueError, match="batches_consumed"):
         ds.checkpoint(len(ds) + 1, num_workers=2)
 
 
-@pytest.mark.parametrize("start_method", ["fork", "spawn"])
 @pytest.mark.parametrize("stateful", [False, True])
-def test_a_dataloader_with_in_order_false_is_refused(start_method, stateful):
+def test_a_dataloader_with_in_order_false_is_refused_when_attached_or_counted(stateful):
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     cls = StatefulDataLoader if stateful else DataLoader
     ds = ShardedIterableDataset(40, batch_size=4)
-    loader = cls(ds, batch_size=None, num_workers=2, in_order=False, timeout=TIMEOUT,
-                 multiprocessing_context=start_method)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # StatefulDataLoader's own warning about in_order
-        assert "in_order=False" in refusal(lambda: list(loader))
-    assert len(list(cls(ds, batch_size=None, num_workers=0, in_order=False))) == len(ds)
+        loader = cls(ds, batch_size=None, num_workers=2, in_order=False)
+    assert "in_order=False" in refusal(lambda: ds.attach(loader))
+    assert "in_order=False" in refusal(lambda: ds.checkpoint(0, loader=loader))
+    one = ds.attach(cls(ds, batch_size=None, num_workers=0, in_order=False))
+    assert len(list(one)) == len(ds)
 
 
 # -- shards: loaded once, checked on load, mixed by blocks ----------------------------------
@@ -589,6 +595,39 @@ def test_each_bad_argument_gets_an_error_naming_it():
         ShardedIterableDataset(10).set_epoch(-1)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs())
+def test_a_saved_state_is_plain_json_that_reads_back_to_itself(config):
+    shape = loader_of(config, max(config["workers"], 1))
+    ds = make(config, rank=config["world"] - 1)
+    ds.set_epoch(config["epoch"])
+    saved = ds.checkpoint(int(config["resume"] * loader_len(ds, shape)), loader=shape)
+    assert json.loads(json.dumps(saved)) == saved
+    assert ResumeState.from_dict(saved).to_dict() == saved
+    it = ds._worker_items(shape.num_workers - 1, shape)
+    for _ in range(int(config["resume"] * 3)):
+        next(it, None)
+    worker = ds.state_dict()           # no transform: no generator state, plain values
+    assert json.loads(json.dumps(worker)) == worker
+    assert ResumeState.from_dict(worker).to_dict() == worker
+    assert worker["worker_id"] == shape.num_workers - 1 and worker["version"] == 5
+
+
+def test_the_reference_dataset_reads_no_private_name_of_torch_or_python():
+    """No call-stack walk, no private torch attribute or module: what it reads of the
+    DataLoader is get_worker_info() and the attributes attach() reads."""
+    tree = ast.parse(open(sharded_iterable.__file__).read())
+    own = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    own |= {n.attr for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)}
+    private = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+               and n.attr.startswith("_") and not n.attr.startswith("__")} - own
+    assert private <= {"_asdict", "_replace"}, "NamedTuple's public methods only"
+    modules = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} - {"__future__"}
+    assert not [m for m in modules if any(part.startswith("_") for part in m.split("."))]
+    assert "f_locals" not in {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+
+
 def test_a_state_from_another_configuration_is_refused():
     state = ShardedIterableDataset(100, batch_size=4, seed=1).checkpoint(3, num_workers=1)
     for other in (dict(seed=2), dict(batch_size=8), dict(policy="pad")):
@@ -611,8 +650,8 @@ def test_rank_comes_from_the_environment_at_construction(monkeypatch):
     monkeypatch.delenv("RANK")
     monkeypatch.delenv("WORLD_SIZE")
     assert (ds.rank, ds.world_size) == (1, 2)
-    assert ids(DataLoader(ds, batch_size=None, num_workers=1, timeout=TIMEOUT,
-                          multiprocessing_context="spawn")) == ids(rank_stream(ds, 1))
+    assert ids(ds.attach(DataLoader(ds, batch_size=None, num_workers=1, timeout=TIMEOUT,
+                                    multiprocessing_context="spawn"))) == ids(rank_stream(ds, 1))
     assert (ShardedIterableDataset(10).rank, ShardedIterableDataset(10).world_size) == (0, 1)
 
 

@@ -116,7 +116,7 @@ def test_a_state_loaded_while_persistent_workers_live_is_refused_saying_what_to_
     loader = persistent(ds)
     it = iter(loader)
     before = [next(it) for _ in range(2)]
-    state = ds.checkpoint(2)
+    state = ds.checkpoint(2, loader=loader)
     del it
     ds.load_state_dict(state)                       # a rollback in the same process
     message = refusal(lambda: ids(loader), RuntimeError)
@@ -226,8 +226,8 @@ def test_a_late_worker_of_a_pass_reads_the_epoch_its_fellow_reads_with_a_warning
                                             r"this iterator reads epoch 1"):
         assert one[0]._pass_epoch(one[1]) == 1
     ds.set_epoch(3)
-    ds._pass_marks[2] = ds._pass_marks[1]
-    ds._pass_marks[2, 2] = 7          # fellows already in two epochs: nothing to agree on
+    ds._shared.passes[2] = ds._shared.passes[1]
+    ds._shared.passes[2, 2] = 7          # fellows already in two epochs: nothing to agree on
     three = as_worker(ds, 0, 1, num_workers=3)
     with pytest.raises(RuntimeError, match="would mix epochs"):
         three[0]._pass_epoch(three[1])

@@ -20,7 +20,7 @@ from torch.utils.data import (
     get_worker_info,
 )
 
-from talk_helpers.reference.sharded_iterable import _WARNED, ShardedIterableDataset
+from talk_helpers.reference.sharded_iterable import LoaderShape, ShardedIterableDataset
 
 
 def concat(items):
@@ -60,8 +60,8 @@ def build(case):
 
 
 def make_loader(ds, shape):
-    return DataLoader(ds, **shape, timeout=TIMEOUT if shape["num_workers"] else 0,
-                      multiprocessing_context="fork" if shape["num_workers"] else None)
+    return ds.attach(DataLoader(ds, **shape, timeout=TIMEOUT if shape["num_workers"] else 0,
+                      multiprocessing_context="fork" if shape["num_workers"] else None))
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -71,7 +71,7 @@ def test_a_plain_dataloader_of_any_shape_resumes_at_any_batch_exactly(case):
     ds = build(case)
     full = [ids([b]) for b in make_loader(ds, first)]
     stop = int(case["stop"] * len(full))
-    saved = ds.checkpoint(stop)     # the loader's shape, as its workers recorded it
+    saved = ds.checkpoint(stop)     # of the attached loader
     again = build(case)
     again.load_state_dict(saved)
     assert full[:stop] + [ids([b]) for b in make_loader(again, first)] == full
@@ -86,13 +86,14 @@ def test_a_plain_dataloader_of_any_shape_resumes_at_any_batch_exactly(case):
 
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
-def test_dataloader_batching_samples_resumes_exactly_under_every_start_method(start_method):
-    """The first loader most people write: samples as items, DataLoader(batch_size=8). A
-    spawned worker learns the loader's shape from the pickled dataset (forkserver pickles it
-    the same way); the loader that reads on is a forked one."""
+def test_an_attached_loader_batching_samples_resumes_exactly_under_every_start_method(
+        start_method):
+    """The first loader most people write: samples as items, DataLoader(batch_size=8),
+    told with ds.attach(loader). A spawned worker gets the loader's shape with the pickled
+    dataset (forkserver pickles it the same way); the loader that reads on is a forked one."""
     def loader(ds, method):
-        return DataLoader(ds, batch_size=8, num_workers=2, timeout=TIMEOUT,
-                          multiprocessing_context=method)
+        return ds.attach(DataLoader(ds, batch_size=8, num_workers=2, timeout=TIMEOUT,
+                                    multiprocessing_context=method))
 
     full = [b.tolist() for b in loader(ShardedIterableDataset(200, seed=1), "fork")]
     assert [len(b) for b in full] == [8] * 25, "whole batches: no partial batch per worker"
@@ -101,7 +102,7 @@ def test_dataloader_batching_samples_resumes_exactly_under_every_start_method(st
         assert batch.tolist() == full[step]
         if step == 2:
             break
-    saved = ds.checkpoint(3)    # the loader's shape, as its workers (or its pickling) said
+    saved = ds.checkpoint(3)    # the attached loader's shape
     assert saved["history"] == [{"world_size": 1, "num_workers": 2, "loader_batch_size": 8,
                                  "drop_last": False, "batches": 3}]
     fresh = ShardedIterableDataset(200, seed=1)
@@ -117,18 +118,59 @@ def test_a_sampler_or_batch_sampler_never_reaches_the_dataset():
         DataLoader(ds, sampler=SequentialSampler(range(20)))
 
 
-class _Fetcher:
-    """A fetcher that batches the dataset's items, with no DataLoader among its callers."""
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_workers_batching_samples_for_a_loader_not_attached_are_refused_saying_what_to_do(
+        start_method):
+    loader = DataLoader(ShardedIterableDataset(20), batch_size=4, num_workers=2,
+                        timeout=TIMEOUT, multiprocessing_context=start_method)
+    message = refusal(lambda: list(loader))
+    assert "call ds.attach(loader) before iter(loader)" in message
+    assert "ShardedIterableDataset(..., batch_size=B) and DataLoader(ds, batch_size=None)" \
+        in message
 
-    def __init__(self, dataset):
-        self.dataset, self.auto_collation = dataset, True
-        self.dataset_iter = iter(dataset)
+
+def test_a_checkpoint_of_a_batching_loader_not_attached_is_refused_never_miscounted():
+    def loader_of(ds):
+        return DataLoader(ds, batch_size=3, num_workers=2, timeout=TIMEOUT,
+                          multiprocessing_context="fork")
+
+    ds = ShardedIterableDataset(40, batch_size=2, seed=1)
+    loader = loader_of(ds)
+    list(loader)     # each worker read items: the loader's batches of 3 were never dealt
+    assert "must know the loader" in refusal(lambda: ds.checkpoint(2))
+    message = refusal(lambda: ds.checkpoint(2, loader=loader))
+    assert "num_workers=2, batch_size=3, drop_last=False, but this dataset was last read " \
+        "for one with num_workers=2, batch_size=None" in message
+    assert "ds.attach(loader) before iter(loader)" in message
+    ds = ShardedIterableDataset(40, batch_size=2, seed=1)
+    full = [ids([b]) for b in ds.attach(loader_of(ds))]
+    again = ShardedIterableDataset(40, batch_size=2, seed=1)
+    again.load_state_dict(ds.checkpoint(2))
+    assert full[:2] + [ids([b]) for b in again.attach(loader_of(again))] == full
 
 
-def test_a_loader_that_batches_where_the_dataset_cannot_see_it_is_refused_saying_what_to_pass():
-    with pytest.raises(ValueError, match=r"ShardedIterableDataset\(\.\.\., batch_size=B\) "
-                                         r"and DataLoader\(ds, batch_size=None\)"):
-        _Fetcher(ShardedIterableDataset(20))
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(item=st.sampled_from([None, 3]), workers=st.integers(0, 3),
+       batch=st.sampled_from([None, 1, 2, 5]), drop_last=st.booleans(), attached=st.booleans())
+def test_a_checkpoint_counts_a_loader_only_as_its_workers_were_dealt(item, workers, batch,
+                                                                     drop_last, attached):
+    """Untold, workers deal single items: a checkpoint of a loader that batches more than
+    one item is refused, never miscounted; attached, it is counted. (``_loader_shape`` is
+    what ``iter()`` runs in every worker, with the worker count get_worker_info() gives.)"""
+    ds = ShardedIterableDataset(60, batch_size=item, seed=1)
+    loader = LoaderShape(workers, batch, drop_last and batch is not None, True)
+    if attached:
+        ds.attach(loader)
+    if item is None and workers and not attached:
+        assert "call ds.attach(loader)" in refusal(lambda: ds._loader_shape(workers))
+        return
+    ds._loader_shape(workers)
+    if attached or (batch or 1) == 1:
+        assert ds.checkpoint(1, loader=loader)["history"][0]["batches"] == 1
+        assert attached or "must know the loader" in refusal(lambda: ds.checkpoint(1))
+    else:
+        message = refusal(lambda: ds.checkpoint(1, loader=loader))
+        assert f"batch_size={batch}" in message and "ds.attach(loader)" in message
 
 
 class _Wrapper(IterableDataset):
@@ -140,14 +182,22 @@ class _Wrapper(IterableDataset):
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_a_dataset_read_through_another_refuses_to_guess_its_checkpoint(num_workers):
+def test_a_dataset_read_through_another_is_counted_once_told_the_loader(num_workers):
+    def wrapped(ds):
+        return DataLoader(_Wrapper(ds), batch_size=4, num_workers=num_workers,
+                          timeout=TIMEOUT if num_workers else 0)
+
     ds = ShardedIterableDataset(40, seed=3)
-    loader = DataLoader(_Wrapper(ds), batch_size=4, num_workers=num_workers, timeout=TIMEOUT
-                        if num_workers else 0)
-    assert sorted(ids(loader)) == list(range(40))
-    with pytest.raises(ValueError, match="through another one"):
-        ds.checkpoint(2)
-    assert ds.checkpoint(2, loader=DataLoader(ds, num_workers=num_workers))["history"]
+    if num_workers:
+        assert "ds.attach(loader)" in refusal(lambda: list(wrapped(ds)))
+    else:
+        assert sorted(ids(wrapped(ds))) == list(range(40))
+        assert "ds.attach(loader)" in refusal(lambda: ds.checkpoint(2))
+    ds = ShardedIterableDataset(40, seed=3)
+    full = [ids([b]) for b in ds.attach(wrapped(ds))]
+    again = ShardedIterableDataset(40, seed=3)
+    again.load_state_dict(ds.checkpoint(2))
+    assert full[:2] + [ids([b]) for b in again.attach(wrapped(again))] == full
 
 
 # -- StatefulDataLoader ------------------------------------------------------------------
@@ -157,8 +207,8 @@ def _stateful(num_workers, batch_size, **kwargs):
 
     ds = ShardedIterableDataset(90, seed=2, rank=1, world_size=2)
     ds.set_epoch(1)
-    return StatefulDataLoader(ds, batch_size=batch_size, num_workers=num_workers,
-                              timeout=TIMEOUT if num_workers else 0, **kwargs)
+    return ds.attach(StatefulDataLoader(ds, batch_size=batch_size, num_workers=num_workers,
+                                        timeout=TIMEOUT if num_workers else 0, **kwargs))
 
 
 def _state_after(batches, num_workers, batch_size):
@@ -209,7 +259,7 @@ def test_a_second_pass_over_the_same_epoch_warns_once_naming_set_epoch(num_worke
     if num_workers == 0:   # a worker's warning goes to the worker's stderr
         repeated = [w for w in caught if "set_epoch" in str(w.message)]
         assert len(repeated) == 1 and "epoch 0 starts again" in str(repeated[0].message)
-    assert int(ds._shared[_WARNED]) == 1, "warned, once, in whichever process read"
+    assert ds._shared.warned == 1, "warned, once, in whichever process read"
 
 
 class WorkerZeroStartsLast(IterableDataset):

@@ -9,8 +9,9 @@ The talk leaves it "as an exercise to the reader"; this is one solution::
         for batch in loader:
             ...
 
-The DataLoader may batch instead (``ShardedIterableDataset(10_000)`` and
-``DataLoader(ds, batch_size=32, num_workers=2)``): the same batches come out.
+The DataLoader may batch instead, told with :meth:`~ShardedIterableDataset.attach`
+(``ds = ShardedIterableDataset(10_000)``, ``loader = ds.attach(DataLoader(ds,
+batch_size=32, num_workers=2))``): the same batches come out.
 
 How an epoch is laid out: every process computes it from ``(seed, epoch)``, nothing is sent.
 
@@ -27,8 +28,8 @@ How an epoch is laid out: every process computes it from ``(seed, epoch)``, noth
    batches into ``num_workers`` contiguous runs whose lengths differ by at most one, the
    longer first (:func:`worker_runs`). A DataLoader takes one batch from each worker in
    turn, so the rank's k-th batch is batch ``k // num_workers`` of worker
-   ``k % num_workers``. The dataset reads how the loader batches from the DataLoader that
-   iterates it (:class:`LoaderShape`).
+   ``k % num_workers``. The workers come from ``get_worker_info()``; how the loader batches
+   from ``ds.attach(loader)`` (:class:`LoaderShape`), or else it passes each item on.
 4. **Resume.** A resume point lists, for the epoch, how many batches every rank had taken
    from which layout (world size, workers, loader batch). The positions nobody read are
    computed from it (:func:`unread`) and dealt again, by steps 2 and 3, to the new world.
@@ -61,14 +62,11 @@ What it guarantees, whatever the number of ranks (≥ 1), workers (≥ 0) and sh
     ``state_dict()``; each worker's copy of the dataset stores its position (and rank). It
     resumes the same rank, world size, ``num_workers`` and loader ``batch_size`` only.
   - a plain ``DataLoader``: count the batches your loop took this epoch and save
-    ``ds.checkpoint(batches_consumed)`` (it records how the loader iterated: workers,
-    batch size, ``drop_last``); on resume build the dataset the same way and call
-    ``ds.load_state_dict(saved)`` before ``iter(loader)``. With the same loader the rest
-    comes in the order it would have come; with another, each sample still once, dealt
-    afresh.
-  - a state saved after the last batch of epoch ``e``, loaded into a new loader, then
-    ``set_epoch(e + 1)`` (before or after loading) reads epoch ``e + 1`` in full: a state
-    applies to its own epoch only, and never changes the epoch you set.
+    ``ds.checkpoint(batches_consumed, loader=loader)`` (it records the loader's workers,
+    batch size, ``drop_last``; ``loader=`` may go after ``ds.attach(loader)``); on resume
+    build the dataset the same way and call ``ds.load_state_dict(saved)`` before
+    ``iter(loader)``. With the same loader the rest comes in the order it would have come;
+    with another, each sample still once, dealt afresh.
   - elastic: when every rank took the same ``k`` batches, ``checkpoint(k)`` from any rank
     loads on any rank of a world of any size; the new world deals what nobody read yet.
   - a corpus that grows: a checkpoint taken on ``n`` shards loads onto shards whose first
@@ -82,26 +80,22 @@ srun), the innermost first, else a world of one. Sources that cannot all be righ
 error that names them.
 
 What it refuses, with an error that says why: ``DataLoader(in_order=False)`` with several
-workers (the order would depend on timing, and ``checkpoint`` could not tell what was
-read); a DataLoader that batches when the dataset cannot see its ``batch_size``; a state
-that stops inside another epoch than the one set; a state from another configuration or
-another corpus (naming the shard); a ``StatefulDataLoader`` state loaded by another rank,
-world size, number of workers or batch size; a state loaded while a DataLoader's persistent
-workers run (they hold the dataset as it was); a shard whose ``load`` returns another
+workers, at ``attach`` or ``checkpoint`` (an order that depends on timing); workers reading
+samples for a loader never attached, and ``checkpoint`` for another loader than the one that
+read the dataset (the batches could not be counted); a state that stops inside another epoch
+than the one set, comes from another configuration or corpus (naming the shard), is a
+``StatefulDataLoader`` worker's loaded by another rank, world size, worker count or batch
+size, or is loaded while persistent workers run; a shard whose ``load`` returns another
 length than ``lengths`` declares.
 
-How others do it, from their installed sources: mosaicml-streaming 0.13 orders samples by
-``num_canonical_nodes`` (``streaming/base/dataset.py``; its ``py1br`` blocks hold at least
-``1 << 18`` samples), litdata 0.2.76 by the first run's layout (``_setup_elastic_resume``).
-Here the resume point keeps the history of the layouts the epoch went through.
-
-The module needs only torch and numpy: copy it into your project.
+The module needs only torch and numpy, and of torch only its public API (tested on torch
+2.13, the package's range): copy it into your project.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -120,18 +114,8 @@ LAUNCHERS = (("torchrun", "RANK", ("WORLD_SIZE",)),
              ("MPICH or Intel MPI", "PMI_RANK", ("PMI_SIZE",)),
              ("PMIx", "PMIX_RANK", ("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")),
              ("SLURM", "SLURM_PROCID", ("SLURM_NTASKS",)))
-# Slots of the shared-memory tensor that every copy of one dataset sees (workers included),
-# then one per worker (the first _MARKED_WORKERS of them): the epoch + 1 it last read to the
-# end of its run. _LOADS counts the states loaded in the main process.
-_EPOCH, _EPOCH_SET, _WORKERS, _LOADER_BATCH, _DROP_LAST, _WRAPPED, _WARNED, _LOADS = range(8)
-_READ_TO_END = 8
-_MARKED_WORKERS = 64
-_SLOTS = _READ_TO_END + _MARKED_WORKERS
+_MARKED_WORKERS = 64   # workers whose passes are marked in shared memory (_Shared)
 _CHUNK = 4096   # sample ids computed at once, at most
-# Read of torch beyond its public API, tested on torch 2.13 only (see _caller_with): the
-# DataLoader that iterates, found up the call stack (sys._getframe), its fetcher's
-# ``auto_collation`` and ``dataset``, and ``_dataset``/``_dataset_kind`` of a loader's
-# iterator that reads this dataset through another. checkpoint(loader=...) needs none.
 
 
 class ShardedIterableDataset(IterableDataset):
@@ -158,21 +142,16 @@ class ShardedIterableDataset(IterableDataset):
         self.batch_size = None if batch_size is None else int(batch_size)
         self.shuffle, self.seed, self.policy = bool(shuffle), int(seed), policy
         self.transform, self.collate_fn, self.strict = transform, collate_fn, bool(strict)
-        self.block_size: int | None = None
-        self.block_bytes: int | None = None
+        self.block_size, self.block_bytes = None, None   # from_shards sets them
         self._shards = _Shards.of_source(source)
-        # Shared memory: set_epoch reaches persistent workers, and the workers tell the main
-        # process how the loader iterates them (for checkpoint), what they read and each
-        # one's last pass (its loader's seed, the pass, its epoch: see _pass_epoch). A
-        # worker's own copy: the passes it began, the epoch set and the states loaded.
-        self._shared = torch.zeros(_SLOTS, dtype=torch.int64).share_memory_()
-        self._pass_marks = torch.zeros((_MARKED_WORKERS, 3), dtype=torch.int64).share_memory_()
-        self._passes, self._local_epoch, self._loads = 0, None, 0
-        self._resume: dict | None = None     # a loaded resume point, for its epoch only
+        self._shared = _Shared()   # seen by every copy: persistent workers too
+        self._passes, self._local_epoch, self._loads = 0, None, 0   # this copy's own
+        self._resume: ResumeState | None = None   # a loaded state, for its epoch only
         self._adopted_epoch = 0              # a worker's epoch from a state, when none is set
         self._rotation = 0                   # the worker that reads run 0 (load_state_dict)
-        self._progress: dict | None = None   # where this process's iteration stands
-        self._loader: LoaderShape | None = None   # pickled in for a spawned worker
+        self._progress: ResumeState | None = None   # where this process's iteration stands
+        self._rng: torch.Generator | None = None     # its augmentation generator
+        self._loader: LoaderShape | None = None   # attach()'s, pickled with the dataset
         self._orders: dict = {}
 
     @classmethod
@@ -220,17 +199,17 @@ class ShardedIterableDataset(IterableDataset):
         A resume point loaded for another epoch is forgotten (see :meth:`load_state_dict`)."""
         _check_int("epoch", epoch, low=0)
         epoch = int(epoch)
-        if self._resume is not None and self._resume["epoch"] != epoch:
+        if self._resume is not None and self._resume.epoch != epoch:
             self._resume = None
         if epoch != self.epoch:
-            self._shared[_READ_TO_END:] = 0
-        self._shared[_EPOCH], self._shared[_EPOCH_SET] = epoch, 1
+            self._shared.read_to_end.zero_()
+        self._shared.epoch, self._shared.epoch_set = epoch, 1
         self._local_epoch = epoch
 
     @property
     def epoch(self) -> int:
-        if int(self._shared[_EPOCH_SET]):
-            return int(self._shared[_EPOCH])
+        if self._shared.epoch_set:
+            return self._shared.epoch
         return self._adopted_epoch
 
     def __len__(self) -> int:
@@ -243,7 +222,7 @@ class ShardedIterableDataset(IterableDataset):
         worker, num_workers = (0, 0) if info is None else (info.id, info.num_workers)
         again = self._passes > 0    # a persistent worker's second pass, or later
         try:
-            shape = self._loader_shape(sys._getframe(1), num_workers)
+            shape = self._loader_shape(num_workers)
             epoch = self.epoch if info is None else self._pass_epoch(info)
             self._notice_a_repeated_epoch(worker, epoch)
             return self._worker_items(worker, shape, epoch)
@@ -258,7 +237,7 @@ class ShardedIterableDataset(IterableDataset):
         """The epoch of a worker's pass, one for all its workers: a new copy holds the one
         set before ``iter(loader)``; a persistent worker agrees with its fellows (a later
         ``set_epoch`` waits, with a warning). A state loaded since the copy is refused."""
-        if int(self._shared[_LOADS]) != self._loads:
+        if self._shared.loads != self._loads:
             raise RuntimeError(
                 "load_state_dict() came after this DataLoader's persistent workers started: "
                 "they hold the dataset as it was and would read the epoch again. Load the "
@@ -267,8 +246,8 @@ class ShardedIterableDataset(IterableDataset):
         epoch = self._local_epoch if first and self._local_epoch is not None else now
         if info.id < _MARKED_WORKERS:
             mark = [(info.seed - info.id) % (1 << 62), self._passes]
-            self._pass_marks[info.id] = torch.tensor([*mark, epoch])
-            fellows = self._pass_marks[:min(info.num_workers, _MARKED_WORKERS)]
+            self._shared.passes[info.id] = torch.tensor([*mark, epoch])
+            fellows = self._shared.passes[:min(info.num_workers, _MARKED_WORKERS)]
             others = set(fellows[(fellows[:, :2] == torch.tensor(mark)).all(1), 2].tolist())
             others = others - {epoch} if not first else set()   # a new copy holds its own
             if others and (epoch != now or len(others) > 1):
@@ -276,7 +255,7 @@ class ShardedIterableDataset(IterableDataset):
                                    f"would mix epochs. Call set_epoch before iter(loader)")
             if others:
                 epoch = others.pop()
-                self._pass_marks[info.id, 2] = epoch
+                self._shared.passes[info.id, 2] = epoch
         if epoch != now:
             warnings.warn(f"set_epoch({now}) came after iter(loader): this iterator reads "
                           f"epoch {epoch}, the next one epoch {now}", RuntimeWarning,
@@ -332,21 +311,19 @@ class ShardedIterableDataset(IterableDataset):
     def state_dict(self) -> dict:
         """Where this process's iteration stands (a worker's copy, or the main process):
         what a ``StatefulDataLoader`` saves for each worker."""
-        progress = dict(self._progress or _no_progress(self.epoch))
-        rng = progress.pop("rng", None)   # the augmentation generator, saved mid-stream
-        return {"version": STATE_VERSION, "config": self._config(progress["epoch"]),
-                "rank": self.rank, "world_size": self.world_size,
-                "finished": progress["yielded"] >= progress["run_items"],
-                "rng_state": None if rng is None else rng.get_state(), **progress}
+        progress = self._progress or ResumeState({}, self.epoch, [], worker=True)
+        return dataclasses.replace(
+            progress, config=self._config(progress.epoch), rank=self.rank,
+            world_size=self.world_size,
+            rng_state=None if self._rng is None else self._rng.get_state()).to_dict()
 
     def checkpoint(self, batches_consumed: int, num_workers: int | None = None, *,
                    loader: Any = None) -> dict:
         """A resume point for a plain DataLoader: this rank took ``batches_consumed``
-        batches from the loader in the current epoch. How the loader iterated (workers,
-        batch size, ``drop_last``) is what the last iteration over this dataset saw;
-        ``loader=`` (the DataLoader) or ``num_workers=`` says it when it never iterated.
-        Pass the result to :meth:`load_state_dict` later, on any rank of a world of any
-        size."""
+        batches from the loader in the current epoch. The loader: ``loader=``, or
+        ``num_workers=`` for one that passes each item on, or the one :meth:`attach` told;
+        laid out as the one that last read this dataset. Pass the result to
+        :meth:`load_state_dict` later, on any rank of a world of any size."""
         shape = self._checkpoint_loader(batches_consumed, num_workers, loader)
         batching = self._batching(shape)
         limit = batching.batches(self.samples_per_rank)
@@ -354,10 +331,21 @@ class ShardedIterableDataset(IterableDataset):
                    meaning=f"an int in 0..{limit} (the batches this loader yields this epoch)")
         steps = self._steps(self.epoch)
         if steps and _same_layout(steps[-1], self.world_size, batching):
-            batches_consumed += steps.pop()["batches"]   # the loader read on from there
-        steps.append(_step(self.world_size, batching, int(batches_consumed)))
-        return {"version": STATE_VERSION, "config": self._config(self.epoch),
-                "epoch": self.epoch, "history": steps}
+            batches_consumed += steps.pop().batches   # the loader read on from there
+        steps.append(Step(self.world_size, batching.workers, shape.batch_size if
+                          batching.items_per_batch > 1 else None, batching.drop_last,
+                          int(batches_consumed)))
+        return ResumeState(self._config(self.epoch), self.epoch, steps).to_dict()
+
+    def attach(self, loader: Any) -> Any:
+        """Tell the dataset the ``DataLoader`` (or ``StatefulDataLoader``) that reads it, by
+        its public ``num_workers``, ``batch_size``, ``drop_last`` and ``in_order``; returns
+        ``loader``. Call it before ``iter(loader)``: the workers get it with the pickled
+        dataset (under fork, forkserver and spawn) and deal whole loader batches, which
+        :meth:`checkpoint` then counts without ``loader=``. Without it, workers reading
+        samples (no ``batch_size``) and a checkpoint of a loader that batches are refused."""
+        self._loader = _check_in_order(LoaderShape.of(loader))
+        return loader
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`checkpoint` (any rank, any world size) or a worker's
@@ -370,21 +358,20 @@ class ShardedIterableDataset(IterableDataset):
         starts afresh), and one that stops inside its epoch is refused; ``set_epoch`` to
         another epoch after loading forgets the state. With no epoch set, the state's
         epoch becomes the dataset's."""
-        self._check_state(state)
-        epoch, is_worker_state = int(state["epoch"]), "worker_id" in state
-        if int(self._shared[_EPOCH_SET]) and self.epoch != epoch:
-            self._skip_finished_state(state)
+        saved = ResumeState.from_dict(state)
+        self._check_state(saved)
+        epoch = saved.epoch
+        if self._shared.epoch_set and self.epoch != epoch:
+            self._skip_finished_state(saved)
             return
         if get_worker_info() is None:
-            self._shared[_EPOCH], self._shared[_EPOCH_SET] = epoch, 1
-            self._shared[_LOADS] += 1
-            self._local_epoch, self._loads = epoch, int(self._shared[_LOADS])
+            self._shared.epoch, self._shared.epoch_set = epoch, 1
+            self._shared.loads += 1
+            self._local_epoch, self._loads = epoch, self._shared.loads
         else:   # a worker never moves the epoch that every process shares
             self._adopted_epoch = epoch
-        self._resume = {"epoch": epoch, "shards": len(state["config"]["lengths"]),
-                        "history": [dict(step) for step in state["history"]],
-                        "worker": dict(state) if is_worker_state else None}
-        self._shared[_READ_TO_END:] = 0
+        self._resume = saved
+        self._shared.read_to_end.zero_()
 
     # -- inside: the layout of one epoch ---------------------------------------------
 
@@ -395,8 +382,8 @@ class ShardedIterableDataset(IterableDataset):
     def _corpus(self, epoch: int) -> _Shards:
         """The shards ``epoch`` reads: all of them, or for a resumed epoch the ones its
         resume point was saved with (shards added since join from the next epoch)."""
-        if self._resume is not None and self._resume["epoch"] == epoch:
-            return self._shards.first(self._resume["shards"])
+        if self._resume is not None and self._resume.epoch == epoch:
+            return self._shards.first(len(self._resume.config["lengths"]))
         return self._shards
 
     def _order(self, epoch: int) -> EpochOrder:
@@ -415,21 +402,21 @@ class ShardedIterableDataset(IterableDataset):
     def _ids(self, epoch: int, positions: np.ndarray) -> np.ndarray:
         return self._order(epoch).ids(np.asarray(positions, dtype=np.int64))[0]
 
-    def _steps(self, epoch: int) -> list[dict]:
+    def _steps(self, epoch: int) -> list[Step]:
         """The layouts the epoch went through before now, from a loaded resume point."""
-        if self._resume is not None and self._resume["epoch"] == epoch:
-            return [dict(step) for step in self._resume["history"]]
+        if self._resume is not None and self._resume.epoch == epoch:
+            return list(self._resume.history)
         return []
 
-    def _remaining(self, epoch: int, steps: list[dict] | None = None) -> Positions:
+    def _remaining(self, epoch: int, steps: list[Step] | None = None) -> Positions:
         """The positions of the epoch's order that the ranks split: all of them, or what
         the ``steps`` (default: the loaded resume point's) had not read, in order."""
         steps = self._steps(epoch) if steps is None else steps
         return remaining(self._corpus(epoch).total, steps, self._item_size, self.policy)
 
-    def _batching(self, shape: LoaderShape) -> Batching:
-        return Batching(self._item_size, shape.batch_size or 1, shape.drop_last,
-                        max(shape.num_workers, 1))
+    def _batching(self, shape: LoaderShape) -> Batching:   # drop_last means nothing for 1
+        return Batching(self._item_size, shape.batch_size or 1, shape.drop_last and
+                        (shape.batch_size or 1) > 1, max(shape.num_workers, 1))
 
     # -- inside: one worker's items ----------------------------------------------------
 
@@ -440,17 +427,17 @@ class ShardedIterableDataset(IterableDataset):
         run = self._worker_run(epoch, worker, shape)
         rng = None
         if self.transform is not None:
-            rng = torch.Generator().manual_seed(_mix_seed(self.seed, epoch, self.rank,
-                                                          run.index, 1))
+            seed = _mix_seed(self.seed, epoch, self.rank, run.index, 1)
+            rng = torch.Generator().manual_seed(seed)
             if run.rng_state is not None:
                 rng.set_state(run.rng_state)
         # Set now, not at the first next(): a state taken in between describes this epoch.
-        self._progress = {"epoch": epoch, "history": run.history, "worker_id": worker,
-                          "num_workers": shape.num_workers, "run": run.index,
-                          "yielded": run.start, "run_items": run.count,
-                          "rank_batches": run.rank_batches,
-                          "loader_batch_size": shape.batch_size,
-                          "drop_last": shape.drop_last, "rng": rng}
+        self._progress = ResumeState(
+            {}, epoch, run.history, worker=True, worker_id=worker, num_workers=shape.num_workers,
+            run=run.index, yielded=run.start, run_items=run.count,
+            rank_batches=run.rank_batches, loader_batch_size=shape.batch_size,
+            drop_last=shape.drop_last)
+        self._rng = rng
         return self._read_run(run, rng, worker)
 
     def _worker_run(self, epoch: int, worker: int, shape: LoaderShape) -> _Run:
@@ -459,17 +446,17 @@ class ShardedIterableDataset(IterableDataset):
         next, where it stopped; after the worker's own saved state, where that stopped."""
         batching = self._batching(shape)
         saved = self._saved_worker_state(epoch, shape)
-        steps = saved["history"] if saved else self._steps(epoch)
+        steps = saved.history if saved else self._steps(epoch)
         last = steps[-1] if steps and not saved and \
             _same_layout(steps[-1], self.world_size, batching) else None
         steps = steps[:-1] if last else steps
         left = self._remaining(epoch, steps)
         layout = RankLayout.of(left.length, self.world_size, self.policy, batching)
         if saved:
-            index, done = int(saved["run"]), int(saved["yielded"])
+            index, done = int(saved.run), int(saved.yielded)
         elif last:     # a new loader asks worker 0 first: it takes the run that came next
-            index = (worker + last["batches"]) % batching.workers
-            done = int(batches_taken(last["batches"], layout.counts)[index]) \
+            index = (worker + last.batches) % batching.workers
+            done = int(batches_taken(last.batches, layout.counts)[index]) \
                 * batching.items_per_batch
         else:
             index, done = (worker - self._rotation) % batching.workers, 0
@@ -479,21 +466,19 @@ class ShardedIterableDataset(IterableDataset):
         return _Run(epoch=epoch, history=steps, positions=left, index=index, first=first,
                     stop=stop, start=min(done, count), count=count,
                     rank_batches=layout.total_batches,
-                    rng_state=saved["rng_state"] if saved else None)
+                    rng_state=saved.rng_state if saved else None)
 
-    def _saved_worker_state(self, epoch: int, shape: LoaderShape) -> dict | None:
+    def _saved_worker_state(self, epoch: int, shape: LoaderShape) -> ResumeState | None:
         """The StatefulDataLoader state this worker loaded for ``epoch``, if any; refused
         when the loader batches otherwise than the one that saved it."""
-        saved = self._resume["worker"] if self._resume and self._resume["epoch"] == epoch \
-            else None
-        if saved is None or saved["worker_id"] is None:
+        saved = self._resume
+        if saved is None or saved.epoch != epoch or not saved.worker or saved.worker_id is None:
             return None
-        if (saved["loader_batch_size"], saved["drop_last"]) != (shape.batch_size,
-                                                                shape.drop_last):
+        if (saved.loader_batch_size, saved.drop_last) != (shape.batch_size, shape.drop_last):
             raise ValueError(
                 f"a StatefulDataLoader state resumes only a loader that batches the same "
-                f"way: saved with batch_size={saved['loader_batch_size']}, drop_last="
-                f"{saved['drop_last']}; loaded with batch_size={shape.batch_size}, "
+                f"way: saved with batch_size={saved.loader_batch_size}, drop_last="
+                f"{saved.drop_last}; loaded with batch_size={shape.batch_size}, "
                 f"drop_last={shape.drop_last}. Save ds.checkpoint(batches_consumed) to "
                 f"change it")
         return saved
@@ -513,10 +498,10 @@ class ShardedIterableDataset(IterableDataset):
                 if self._shards.load is not None:
                     self._shards.keep_blocks(set(blocks[cut].tolist()), order.block_of_shard)
                 item = self._read_item(ids[cut], shards[cut])
-                self._progress["yielded"] += 1
+                self._progress.yielded += 1
                 yield item if rng is None else self.transform(item, rng)
         if run.count > run.start and worker < _MARKED_WORKERS:
-            self._shared[_READ_TO_END + worker] = run.epoch + 1
+            self._shared.read_to_end[worker] = run.epoch + 1
 
     def _read_item(self, ids: np.ndarray, shards: np.ndarray):
         if self.batch_size is None:
@@ -525,67 +510,52 @@ class ShardedIterableDataset(IterableDataset):
 
     # -- inside: the loader, and the checks on it --------------------------------------
 
-    def _loader_shape(self, caller, num_workers: int) -> LoaderShape:
-        """How the DataLoader iterating this copy takes its items; refuses the shapes whose
-        order checkpoint() could not know, and records the shape for the main process."""
-        loader = _caller_with(caller, "dataset", "num_workers", "batch_size", "drop_last")
-        shape = LoaderShape.of(loader) if getattr(loader, "dataset", None) is self \
-            else self._loader
-        fetcher = caller.f_locals.get("self") if caller is not None else None
-        fetched = getattr(fetcher, "dataset", None) is self   # DataLoader's own fetcher
-        if shape is None and fetched and getattr(fetcher, "auto_collation", False):
+    def _loader_shape(self, num_workers: int) -> LoaderShape:
+        """How the loader reading this copy takes its items: the one :meth:`attach` told,
+        with the workers it has; untold, a loader that passes each item on. Recorded in
+        shared memory, so that :meth:`checkpoint` can tell whether it counts that loader."""
+        if self._loader is None and num_workers and self.batch_size is None:
             raise ValueError(
-                "the DataLoader batches this dataset's items, but its batch_size cannot be "
-                "seen from here, so checkpoint() could not count what was read: build "
+                "DataLoader workers read this dataset's samples, and the dataset was not told "
+                "how the loader batches them, so checkpoint() could not count what was read: "
+                "call ds.attach(loader) before iter(loader), or build "
                 "ShardedIterableDataset(..., batch_size=B) and DataLoader(ds, batch_size=None)")
-        shape = (shape or LoaderShape(num_workers, None, False, True))._replace(
+        shape = (self._loader or LoaderShape(0, None, False, True))._replace(
             num_workers=num_workers)
-        if num_workers > 1 and not shape.in_order:
-            raise ValueError(
-                "DataLoader(in_order=False) hands out batches in the order workers "
-                "finish them: the order would depend on timing, and checkpoint() could "
-                "not tell which batches were read. Use in_order=True (the default).")
-        info = get_worker_info()   # read through another dataset? (a loader's iterator above)
-        wrapped = info.dataset is not self if info else \
-            not fetched and _caller_with(caller, "_dataset", "_dataset_kind") is not None
-        self._record_loader(shape, wrapped)
+        self._shared.dealt = shape
         return shape
-
-    def _record_loader(self, shape: LoaderShape, wrapped: bool = False) -> None:
-        self._shared[_WORKERS:_WARNED] = torch.tensor(
-            [shape.num_workers + 1, shape.batch_size or 0, int(shape.drop_last), int(wrapped)])
-
-    def _recorded_loader(self) -> LoaderShape | None:
-        workers, batch, drop_last = (int(v) for v in self._shared[_WORKERS:_WRAPPED])
-        return LoaderShape(workers - 1, batch or None, bool(drop_last), True) if workers else None
 
     def _checkpoint_loader(self, batches: int, num_workers: int | None,
                            loader: Any) -> LoaderShape:
-        if loader is not None:
-            return LoaderShape.of(loader)
-        recorded = self._recorded_loader()
+        """The loader whose batches :meth:`checkpoint` counts: ``loader=``, a loader of
+        ``num_workers=`` that passes each item on, or the attached one. Refused when it is
+        not laid out like the loader whose workers last read this dataset."""
         if num_workers is not None:
-            _check_int("num_workers", num_workers, low=0, allow_none=True)
-            plain = recorded or LoaderShape(0, None, False, True)
-            return plain._replace(num_workers=int(num_workers))
-        if recorded is None and batches:
-            raise ValueError("checkpoint(batches_consumed, loader=...): this dataset was "
-                             "never iterated, so pass the DataLoader (or num_workers=)")
-        if int(self._shared[_WRAPPED]):
-            raise ValueError("checkpoint(batches_consumed, loader=...): the DataLoader reads "
-                             "this dataset through another one, whose items it cannot count; "
-                             "pass loader= only if that dataset passes the items on one for one")
-        return recorded or LoaderShape(0, None, False, True)
+            _check_int("num_workers", num_workers, low=0)
+            loader = LoaderShape(int(num_workers), None, False, True)
+        shape, dealt = LoaderShape.of(loader) if loader is not None else self._loader, \
+            self._shared.dealt
+        if shape is None and batches:
+            raise ValueError("checkpoint(batches_consumed) must know the loader whose batches "
+                             "it counts: call ds.attach(loader) before iter(loader), or pass "
+                             "checkpoint(batches_consumed, loader=loader)")
+        shape = shape or dealt or LoaderShape(0, None, False, True)
+        _check_in_order(shape)
+        if dealt is not None and self._batching(dealt) != self._batching(shape):
+            raise ValueError(
+                f"checkpoint() counts the batches of a loader with {_shape_words(shape)}, but "
+                f"this dataset was last read for one with {_shape_words(dealt)}: pass the "
+                f"loader that read it, and tell the dataset a loader that batches with "
+                f"ds.attach(loader) before iter(loader)")
+        return shape
 
     def _notice_a_repeated_epoch(self, worker: int, epoch: int) -> None:
         """Warn once (raise, ``strict=True``) when ``worker`` starts a pass over a shuffled
-        epoch that it already read to its end in a pass before: the loop forgot
-        ``set_epoch``, and the pass would repeat the order and the augmentations.
-        (Unshuffled, a second pass is usually an evaluation, and a transform may well be
-        deterministic: no word.) Each worker asks only its own mark: on a busy machine a
-        worker may start after the other workers of the same pass have read their runs."""
+        epoch it already read to its end: the loop forgot ``set_epoch`` (unshuffled, it is
+        likely an evaluation). Each worker asks only its own mark: on a busy machine, one
+        may start after the others of the same pass read their runs."""
         if worker >= _MARKED_WORKERS or not self.shuffle \
-                or int(self._shared[_READ_TO_END + worker]) != epoch + 1:
+                or int(self._shared.read_to_end[worker]) != epoch + 1:
             return
         message = (f"epoch {epoch} starts again on this dataset with the order and the "
                    f"augmentations of the pass before: call ds.set_epoch(epoch) before each "
@@ -593,8 +563,8 @@ class ShardedIterableDataset(IterableDataset):
                    f"dataset to read the same epoch twice on purpose")
         if self.strict:
             raise RuntimeError(message)
-        if not int(self._shared[_WARNED]):
-            self._shared[_WARNED] = 1
+        if not self._shared.warned:
+            self._shared.warned = 1
             warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     # -- inside: the checks on a state ---------------------------------------------------
@@ -606,59 +576,70 @@ class ShardedIterableDataset(IterableDataset):
                 "policy": self.policy, "batch_size": self.batch_size,
                 "block_size": self.block_size, "block_bytes": self.block_bytes}
 
-    def _check_state(self, state: Any) -> None:
+    def _check_state(self, state: ResumeState) -> None:
         """Refuse a state this dataset cannot resume, saying why."""
-        version = state.get("version") if isinstance(state, dict) else None
-        if version != STATE_VERSION:
-            raise ValueError(
-                f"state has version {version}, from an older copy of this file that knew "
-                f"shards by length only: finish its epoch with that copy, or start afresh"
-                if isinstance(version, int) and version < STATE_VERSION else "state was not "
-                f"made by ShardedIterableDataset.state_dict() or .checkpoint() (version "
-                f"{STATE_VERSION})")
-        saved, now = state["config"], self._config(-1)
+        saved, now = state.config, self._config(-1)
         differ = [f"{k}: saved {saved.get(k)!r}, now {v!r}" for k, v in now.items()
                   if k not in ("lengths", "names", "fingerprints") and saved.get(k) != v]
         if differ:
             raise ValueError("state comes from a different configuration: " + "; ".join(differ))
         self._shards.check_grown_from(saved)
-        if "worker_id" in state:
+        if state.worker:
             _check_worker_state(state, self.rank, self.world_size)
 
-    def _skip_finished_state(self, state: dict) -> None:
+    def _skip_finished_state(self, state: ResumeState) -> None:
         """A state of another epoch than the one set: nothing to resume if it was saved
         after its epoch's last batch; refused if it stops inside its epoch."""
-        epoch = int(state["epoch"])
-        if "worker_id" in state:
-            finished = state["finished"]
+        epoch = state.epoch
+        if state.worker:
+            finished = state.finished
         else:
-            *before, last = state["history"]
-            left = remaining(int(sum(state["config"]["lengths"])), before, self._item_size,
+            *before, last = state.history
+            left = remaining(int(sum(state.config["lengths"])), before, self._item_size,
                              self.policy)
-            layout = RankLayout.of(left.length, last["world_size"], self.policy,
+            layout = RankLayout.of(left.length, last.world_size, self.policy,
                                    Batching.of_step(last, self._item_size))
-            finished = last["batches"] >= layout.total_batches
+            finished = last.batches >= layout.total_batches
         if not finished:
             raise ValueError(
                 f"this state stops inside epoch {epoch}, but epoch {self.epoch} is set: "
                 f"loading it would skip the rest of epoch {epoch} without a trace. Set "
                 f"epoch {epoch} to finish it, or start epoch {self.epoch} without the state")
-        if "worker_id" in state and get_worker_info() is not None:
+        if state.worker and get_worker_info() is not None:
             # A StatefulDataLoader goes on asking the worker after the one that gave the
             # last batch: that worker reads the first run of the new epoch.
-            self._rotation = (state["rank_batches"] + state["worker_id"] - state["run"]) \
-                % max(state["num_workers"], 1)
+            self._rotation = (state.rank_batches + state.worker_id - state.run) \
+                % max(state.num_workers, 1)
 
     def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_orders"] = {}
-        # Pickled for a spawned or forkserver worker? The worker cannot see the loader.
-        loader = _caller_with(sys._getframe(1), "dataset", "num_workers", "batch_size",
-                              "drop_last")
-        if getattr(loader, "dataset", None) is self:
-            state["_loader"] = LoaderShape.of(loader)
-            self._record_loader(state["_loader"])
-        return state
+        return {**self.__dict__, "_orders": {}}
+
+
+def _slot(i: int) -> property:
+    return property(lambda self: int(self.values[i]),
+                    lambda self, value: self.values.__setitem__(i, int(value)))
+
+
+class _Shared:
+    """What every copy of one dataset sees, workers included (shared memory): the epoch set,
+    the states loaded, whether it warned, the shape the last pass was dealt for; per worker
+    the epoch + 1 it last read to its end, and its last pass (seed, pass, epoch)."""
+    epoch, epoch_set, loads, warned = _slot(0), _slot(1), _slot(2), _slot(3)
+
+    def __init__(self) -> None:
+        self.values = torch.zeros(7, dtype=torch.int64).share_memory_()
+        self.read_to_end = torch.zeros(_MARKED_WORKERS, dtype=torch.int64).share_memory_()
+        self.passes = torch.zeros((_MARKED_WORKERS, 3), dtype=torch.int64).share_memory_()
+
+    @property
+    def dealt(self) -> LoaderShape | None:
+        workers, batch, drop_last = self.values[4:].tolist()
+        return LoaderShape(workers - 1, batch or None, bool(drop_last), True) if workers else None
+
+    @dealt.setter
+    def dealt(self, shape: LoaderShape) -> None:
+        self.values[4:] = torch.tensor([shape.num_workers + 1, shape.batch_size or 0,
+                                        int(shape.drop_last)])
 
 
 # -- 1. The order --------------------------------------------------------------------------
@@ -844,6 +825,20 @@ class LoaderShape(NamedTuple):
                    bool(getattr(loader, "in_order", True)))
 
 
+def _check_in_order(shape: LoaderShape) -> LoaderShape:
+    if shape.num_workers > 1 and not shape.in_order:
+        raise ValueError(
+            "DataLoader(in_order=False) hands out batches in the order workers finish them: "
+            "the order would depend on timing, and checkpoint() could not tell which "
+            "batches were read. Use in_order=True (the default).")
+    return shape
+
+
+def _shape_words(shape: LoaderShape) -> str:
+    return f"num_workers={shape.num_workers}, batch_size={shape.batch_size}, " \
+        f"drop_last={shape.drop_last}"
+
+
 class Batching(NamedTuple):
     """How one rank's samples become the loader's batches, dealt to its workers."""
     item_size: int          # samples per item the dataset yields (its batch_size, or 1)
@@ -852,9 +847,9 @@ class Batching(NamedTuple):
     workers: int            # runs to deal (num_workers, or 1 in the main process)
 
     @classmethod
-    def of_step(cls, step: dict, item_size: int) -> Batching:
-        return cls(item_size, step["loader_batch_size"] or 1, step["drop_last"],
-                   max(step["num_workers"], 1))
+    def of_step(cls, step: Step, item_size: int) -> Batching:
+        return cls(item_size, step.loader_batch_size or 1, step.drop_last and
+                   (step.loader_batch_size or 1) > 1, max(step.num_workers, 1))
 
     @property
     def samples(self) -> int:
@@ -904,24 +899,6 @@ def batches_taken(consumed: int, counts: np.ndarray) -> np.ndarray:
     return np.minimum(counts, np.maximum(0, -(-(consumed - workers) // len(counts))))
 
 
-def _caller_with(frame, *attributes: str) -> Any:
-    """The nearest caller's ``self`` (from ``frame`` up) that has ``attributes``: with a
-    DataLoader's, the loader that is iterating. In the main process and in a forked worker
-    (its stack is a copy of the parent's) its ``__iter__`` is there; a spawned or
-    forkserver worker gets the loader's shape with the pickled dataset (``__getstate__``
-    runs inside that ``__iter__``). DataLoader passes a worker nothing else that says how
-    it batches."""
-    while frame is not None:
-        owner = frame.f_locals.get("self")
-        try:
-            if owner is not None and all(hasattr(owner, a) for a in attributes):
-                return owner
-        except Exception:   # an object whose attributes cannot be read
-            pass
-        frame = frame.f_back
-    return None
-
-
 # -- 4. The resume arithmetic --------------------------------------------------------------
 
 class Positions:
@@ -952,7 +929,7 @@ class Positions:
         return out
 
 
-def remaining(samples: int, steps: list[dict], item_size: int, policy: str) -> Positions:
+def remaining(samples: int, steps: list[Step], item_size: int, policy: str) -> Positions:
     """The positions of an epoch of ``samples`` that the layouts ``steps`` left unread."""
     positions = Positions([(0, samples)])
     for step in steps:
@@ -960,13 +937,13 @@ def remaining(samples: int, steps: list[dict], item_size: int, policy: str) -> P
     return positions
 
 
-def unread(positions: Positions, step: dict, item_size: int, policy: str) -> Positions:
-    """What a world had not read of ``positions`` after each rank took ``step["batches"]``
+def unread(positions: Positions, step: Step, item_size: int, policy: str) -> Positions:
+    """What a world had not read of ``positions`` after each rank took ``step.batches``
     batches: each worker's rest of its run, rank by rank, then the part of each rank that
     no worker was dealt (``drop_last``) and the positions "drop" left out."""
-    world = step["world_size"]
+    world = step.world_size
     layout = RankLayout.of(positions.length, world, policy, Batching.of_step(step, item_size))
-    taken = batches_taken(step["batches"], layout.counts)
+    taken = batches_taken(step.batches, layout.counts)
     dealt = min(layout.total_batches * layout.batching.samples, layout.per_rank)
     pieces = []
     for rank in range(world):
@@ -980,17 +957,65 @@ def unread(positions: Positions, step: dict, item_size: int, policy: str) -> Pos
     return Positions(pieces)
 
 
-def _step(world_size: int, batching: Batching, batches: int) -> dict:
-    """One line of a resume point's history: the layout, and the batches each rank took."""
-    return {"world_size": world_size, "num_workers": batching.workers,
-            "loader_batch_size": None if batching.items_per_batch == 1 else
-            batching.items_per_batch, "drop_last": batching.drop_last, "batches": batches}
+class Step(NamedTuple):
+    """One line of a resume point's history: a layout, and the batches each rank took."""
+    world_size: int
+    num_workers: int                 # the loader's (1 for none)
+    loader_batch_size: int | None    # items per loader batch (None: passed on one by one)
+    drop_last: bool
+    batches: int
 
 
-def _same_layout(step: dict, world_size: int, batching: Batching) -> bool:
+@dataclasses.dataclass
+class ResumeState:
+    """A saved state: a resume point (``checkpoint``: the layouts its epoch went through)
+    or one worker's (``state_dict``, for a StatefulDataLoader: also where that worker
+    stands). :meth:`to_dict` gives what is saved, plain values with a ``version``, and
+    :meth:`from_dict` reads it back, refusing another version."""
+    config: dict
+    epoch: int
+    history: list[Step]
+    worker: bool = False                 # one worker's state: the fields below are its
+    rank: int | None = None
+    world_size: int | None = None
+    worker_id: int | None = None         # None: saved before it iterated
+    num_workers: int | None = None
+    run: int | None = None               # the run of the rank's batches it reads
+    yielded: int = 0                     # items of that run yielded
+    run_items: int = 0
+    rank_batches: int = 0
+    loader_batch_size: int | None = None
+    drop_last: bool = False
+    rng_state: Any = None                # its augmentation generator's
+    finished = property(lambda self: self.yielded >= self.run_items)
+
+    def to_dict(self) -> dict:
+        state = {"version": STATE_VERSION, "config": self.config, "epoch": self.epoch,
+                 "history": [step._asdict() for step in self.history]}
+        if self.worker:
+            state.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self)[4:]},
+                         finished=self.finished)
+        return state
+
+    @classmethod
+    def from_dict(cls, state: Any) -> ResumeState:
+        version = state.get("version") if isinstance(state, dict) else None
+        if isinstance(version, int) and version < STATE_VERSION:
+            raise ValueError(f"state has version {version}, from an older copy of this file "
+                             f"that knew shards by length only: finish its epoch with that "
+                             f"copy, or start afresh")
+        if version != STATE_VERSION:
+            raise ValueError(f"state was not made by ShardedIterableDataset.state_dict() or "
+                             f".checkpoint() (version {STATE_VERSION})")
+        names = {f.name for f in dataclasses.fields(cls)[3:]} - {"worker"}
+        return cls(state["config"], int(state["epoch"]), [Step(**s) for s in state["history"]],
+                   worker="worker_id" in state, **{k: state[k] for k in names & state.keys()})
+
+
+def _same_layout(step: Step, world_size: int, batching: Batching) -> bool:
     """Whether ``step`` was read by a loader laid out like ``batching``: then each worker
     resumes its own run where the loader stopped, in the order it would have come."""
-    return step["world_size"] == world_size and \
+    return step.world_size == world_size and \
         Batching.of_step(step, batching.item_size) == batching
 
 
@@ -998,7 +1023,7 @@ class _Run(NamedTuple):
     """One worker's part of a rank's epoch: items ``start..count-1`` of run ``index``,
     which covers places ``first..stop-1`` of ``positions``."""
     epoch: int
-    history: list           # the layouts before the one the run belongs to
+    history: list[Step]     # the layouts before the one the run belongs to
     positions: Positions
     index: int
     first: int
@@ -1009,22 +1034,17 @@ class _Run(NamedTuple):
     rng_state: Any
 
 
-def _no_progress(epoch: int) -> dict:
-    return {"epoch": epoch, "history": [], "worker_id": None, "num_workers": None,
-            "run": None, "yielded": 0, "run_items": 0, "rank_batches": 0,
-            "loader_batch_size": None, "drop_last": False}
-
-
-def _check_worker_state(state: dict, rank: int, world_size: int) -> None:
+def _check_worker_state(state: ResumeState, rank: int, world_size: int) -> None:
     """A StatefulDataLoader's state resumes one worker of one rank, read by a loader with
     as many workers: anything else is refused here, before a batch is read."""
-    if state["worker_id"] is None:   # saved before any iteration: nothing to resume
+    if state.worker_id is None:   # saved before any iteration: nothing to resume
         return
     info = get_worker_info()
     now = {"rank": rank, "world_size": world_size,
            "num_workers": 0 if info is None else info.num_workers,
            "worker_id": 0 if info is None else info.id}
-    differ = [f"{k} {state.get(k)} then, {v} now" for k, v in now.items() if state.get(k) != v]
+    differ = [f"{k} {getattr(state, k)} then, {v} now" for k, v in now.items()
+              if getattr(state, k) != v]
     if differ:
         raise ValueError(
             "a StatefulDataLoader state resumes only the same rank of the same world, read "
@@ -1144,8 +1164,6 @@ class _Shards:
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "cache": {}}
-
-
 
 
 def _shard_lengths(shards: list, lengths: Sequence[int] | None,

@@ -38,8 +38,8 @@ def shard_ranges(sizes=SHARD_SIZES) -> list[range]:
 
 @contextlib.contextmanager
 def as_worker(dataset, worker: int, num_workers: int):
-    """Make ``get_worker_info()`` answer as in DataLoader worker ``worker`` while the
-    block runs (in this process)."""
+    """Make ``get_worker_info()`` answer as in DataLoader worker ``worker`` while the block
+    runs (in this process): torch's private ``_worker_info``, tested on torch 2.13 only."""
     saved = _worker._worker_info
     _worker._worker_info = _worker.WorkerInfo(id=worker, num_workers=num_workers,
                                               seed=worker, dataset=dataset)
@@ -216,7 +216,7 @@ def elastic_run(rank: int, world_size: int, *, epoch: int, stop_after: int | Non
     ds.set_epoch(epoch)
     if checkpoint is not None:
         ds.load_state_dict(checkpoint)
-    loader = DataLoader(ds, batch_size=loader_batch_size, num_workers=num_workers)
+    loader = ds.attach(DataLoader(ds, batch_size=loader_batch_size, num_workers=num_workers))
     batches = []
     for batch in loader:
         if stop_after is not None and len(batches) == stop_after:
@@ -224,7 +224,7 @@ def elastic_run(rank: int, world_size: int, *, epoch: int, stop_after: int | Non
         batches.append(batch.tolist())
     out = {"ids": batches, "rank": rank, "world_size": world_size}
     if checkpoint is None:
-        out["checkpoint"] = ds.checkpoint(len(batches), num_workers=num_workers)
+        out["checkpoint"] = ds.checkpoint(len(batches))   # of the attached loader
     else:
         ds.set_epoch(epoch + 1)
         out["next_epoch_batches"] = len(ds)
