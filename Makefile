@@ -40,7 +40,7 @@ setup: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab $(LAB_FLAGS) notebooks/00_index.ipynb
 
-# Every stage, in two lanes side by side (tests/stages.py), then each stage's time.
+# Every stage, three at a time, longest first (tests/stages.py), then each stage's time.
 test:
 	$(PYTHON) tests/stages.py
 

@@ -1,22 +1,25 @@
-"""`make test`: every stage of the test suite, two lanes side by side, and each stage's
-time at the end.
+"""`make test`: every stage of the test suite on a small pool of lanes, longest first, and
+each stage's time at the end.
 
-Most of the suite waits (for a collective's timeout, a rank's deadline, a browser), so
-two lanes share the cores:
+Much of the suite waits (for a collective's timeout, a rank's deadline, a browser, pip), so
+stages share the cores: :data:`LANES` of them run at once (``TEST_LANES`` to change it).
+Each lane takes the longest stage not yet started, so the long ones do not end up last
+on a lane of their own. How long a stage takes is what it took in the last run here
+(``build/test-logs/times.json``, written by each full run), else :data:`EXPECTED_S`.
 
-    lane 1: lint, unit, binder-build-check, browser
-    lane 2: notebooks-fork, notebooks-forkserver, notebooks-spawn, soak
-
-Each stage is the Makefile target of that name, its output in ``build/test-logs/<stage>.log``;
-a stage is added by naming a target in ``LANES``. Every stage runs even when an earlier one
-failed (a failure in one says nothing about the others); a name with no target in the
-Makefile fails as its stage, saying so; the end of a failed stage's log is printed, and the
-exit status is 1 if any failed. ``python tests/stages.py unit soak`` runs only the targets
-named, in one lane.
+Each stage is the Makefile target of that name, its output in
+``build/test-logs/<stage>.log``; a stage is added by naming a target in :data:`STAGES`.
+Every stage runs even when another one failed (a failure in one says nothing about the
+others); a name with no target in the Makefile fails as its stage, saying so; the end of
+a failed stage's log is printed, and the exit status is 1 if any failed. The end table
+gives each stage's lane, start, time and CPU time (user + system, its processes and the
+ones they waited for). ``python tests/stages.py unit soak`` runs only the targets named,
+one after the other, in one lane.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -28,17 +31,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "build" / "test-logs"
-LANES = (("lint", "unit", "binder-build-check", "browser"),
-         ("notebooks-fork", "notebooks-forkserver", "notebooks-spawn", "soak"))
+TIMES = LOGS / "times.json"
+STAGES = ("lint", "unit", "notebooks-fork", "notebooks-forkserver", "notebooks-spawn",
+          "soak", "binder-build-check", "browser")
+# Seconds each stage took in `make test` from a fresh clone on a quiet 2-core machine.
+EXPECTED_S = {"lint": 1, "unit": 1071, "notebooks-fork": 253, "notebooks-forkserver": 366,
+              "notebooks-spawn": 771, "soak": 286, "binder-build-check": 307, "browser": 683}
+LANES = 3
 TAIL_LINES = 60
 
 
 @dataclass
 class Stage:
     name: str
-    lane: int
+    lane: int = 0
     started_s: float = 0.0
     seconds: float = 0.0
+    cpu_s: float = 0.0
     status: int | None = None
 
     @property
@@ -51,23 +60,71 @@ def makefile_targets(makefile: Path = ROOT / "Makefile") -> set[str]:
     return set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", makefile.read_text(), re.MULTILINE))
 
 
-def run_stage(stage: Stage, t0: float, make: str, printer) -> None:
+def expected_seconds(names, times_file: Path = TIMES) -> dict[str, float]:
+    """How long each stage is expected to take: its time in the last run, else
+    :data:`EXPECTED_S`, else (a new stage) longer than any, so that it starts first."""
+    try:
+        last = json.loads(times_file.read_text())
+    except (OSError, ValueError):
+        last = {}
+    longest = max(EXPECTED_S.values())
+    return {name: float(last.get(name, EXPECTED_S.get(name, longest + 1))) for name in names}
+
+
+def longest_first(names, expected: dict[str, float]) -> list[str]:
+    """The stages in the order lanes take them: longest first, ties in the given order."""
+    return sorted(names, key=lambda name: -expected[name])
+
+
+def run_make(name: str, log, make: str) -> tuple[int, float]:
+    """Run ``make name``, its output into ``log``; its exit status and CPU seconds."""
+    process = subprocess.Popen([make, "--no-print-directory", name], cwd=ROOT, stdout=log,
+                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    _, wait_status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(wait_status)
+    return process.returncode, usage.ru_utime + usage.ru_stime
+
+
+def run_stage(stage: Stage, t0: float, make: str, printer, targets: set[str]) -> None:
     stage.started_s = time.monotonic() - t0
-    printer(f"[{_clock(stage.started_s)}] {stage.name} started (log: "
+    printer(f"[{_clock(stage.started_s)}] {stage.name} started in lane {stage.lane} (log: "
             f"{stage.log.relative_to(ROOT)})")
     with open(stage.log, "w") as log:
-        if stage.name in makefile_targets():
-            status = subprocess.run([make, "--no-print-directory", stage.name], cwd=ROOT,
-                                    stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL).returncode
+        if stage.name in targets:
+            stage.status, stage.cpu_s = run_make(stage.name, log, make)
         else:
             print(f"error: the Makefile has no target {stage.name!r}", file=log)
-            status = 2
+            stage.status = 2
     stage.seconds = time.monotonic() - t0 - stage.started_s
-    stage.status = status
-    verdict = "passed" if status == 0 else f"FAILED (exit status {status})"
+    verdict = "passed" if stage.status == 0 else f"FAILED (exit status {stage.status})"
     printer(f"[{_clock(time.monotonic() - t0)}] {stage.name} {verdict} in "
             f"{_clock(stage.seconds)}: {_summary(stage.log)}")
+
+
+def run_lanes(stages: list[Stage], lanes: int, run) -> None:
+    """Run every stage through ``run(stage)``, ``lanes`` at a time, in the list's order:
+    each lane takes the next stage as soon as its last one ends, whatever its result."""
+    queue = list(stages)
+    lock = threading.Lock()
+
+    def lane(number: int) -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                stage = queue.pop(0)
+            stage.lane = number
+            try:
+                run(stage)
+            except Exception as error:  # a stage's own crash fails that stage only
+                stage.status = stage.status if stage.status not in (None, 0) else 3
+                print(f"{stage.name}: {type(error).__name__}: {error}", flush=True)
+
+    threads = [threading.Thread(target=lane, args=(n,)) for n in range(1, lanes + 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def _summary(log: Path) -> str:
@@ -86,24 +143,41 @@ def _clock(seconds: float) -> str:
 
 
 def table(stages: list[Stage], setup_s: float, total_s: float) -> str:
-    rows = ["| stage | lane | started | time | result |", "| --- | ---: | ---: | ---: | --- |",
-            f"| setup | | 0:00 | {_clock(setup_s)} | done |"]
-    for s in stages:
+    rows = ["| stage | lane | started | time | CPU | result |",
+            "| --- | ---: | ---: | ---: | ---: | --- |",
+            f"| setup | | 0:00 | {_clock(setup_s)} | | done |"]
+    for s in sorted(stages, key=lambda s: (s.started_s, s.lane)):
         result = "passed" if s.status == 0 else f"FAILED ({s.status})"
         rows.append(f"| {s.name} | {s.lane} | {_clock(setup_s + s.started_s)} | "
-                    f"{_clock(s.seconds)} | {result} |")
-    rows.append(f"| **all** | | | **{_clock(total_s)}** | "
+                    f"{_clock(s.seconds)} | {_clock(s.cpu_s)} | {result} |")
+    cpu = sum(s.cpu_s for s in stages)
+    rows.append(f"| **all** | | | **{_clock(total_s)}** | {_clock(cpu)} | "
                 f"{'passed' if all(s.status == 0 for s in stages) else 'FAILED'} |")
     return "\n".join(rows)
 
 
+def save_times(stages: list[Stage], times_file: Path = TIMES) -> None:
+    """Keep each stage's time for the next run's order (a failed stage's too: it ran)."""
+    try:
+        times = json.loads(times_file.read_text())
+    except (OSError, ValueError):
+        times = {}
+    times.update({s.name: round(s.seconds, 1) for s in stages})
+    times_file.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
+
+
 def main(argv: list[str]) -> int:
     make = os.environ.get("MAKE", "make")
-    lanes = [tuple(argv)] if argv else LANES
-    unknown = [name for lane in lanes for name in lane if name not in makefile_targets()]
-    if argv and unknown:
-        raise SystemExit(f"no Makefile target {', '.join(unknown)}: the stages of `make test` "
-                         f"are {', '.join(name for lane in LANES for name in lane)}")
+    targets = makefile_targets()
+    if argv:
+        unknown = [name for name in argv if name not in targets]
+        if unknown:
+            raise SystemExit(f"no Makefile target {', '.join(unknown)}: the stages of "
+                             f"`make test` are {', '.join(STAGES)}")
+        names, lanes = list(argv), 1
+    else:
+        names = longest_first(STAGES, expected_seconds(STAGES))
+        lanes = int(os.environ.get("TEST_LANES", LANES))
     LOGS.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     # The set-up (a fresh clone's first install) before anything runs on top of it.
@@ -118,27 +192,20 @@ def main(argv: list[str]) -> int:
         with lock:
             print(text, flush=True)
 
-    stages = [Stage(name, lane) for lane, names in enumerate(lanes, 1) for name in names]
+    stages = [Stage(name) for name in names]
     t1 = time.monotonic()
-
-    def lane_runner(number: int) -> None:
-        for stage in stages:
-            if stage.lane == number:
-                run_stage(stage, t1, make, printer)
-
-    threads = [threading.Thread(target=lane_runner, args=(n,)) for n in range(1, len(lanes) + 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_lanes(stages, lanes, lambda stage: run_stage(stage, t1, make, printer, targets))
     total_s = time.monotonic() - t0
+    if not argv:
+        save_times(stages)
     for stage in stages:
         if stage.status != 0:
             tail = stage.log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
             print(f"\n----- the end of {stage.log.relative_to(ROOT)} -----")
             print("\n".join(tail))
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"\nmake test: each stage's time (load average now {load}, {os.cpu_count()} cores)")
+    print(f"\nmake test: each stage's time ({lanes} lanes; load average now {load}, "
+          f"{os.cpu_count()} cores)")
     print(table(stages, setup_s, total_s))
     return 0 if all(stage.status == 0 for stage in stages) else 1
 

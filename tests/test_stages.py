@@ -1,0 +1,87 @@
+"""`make test`'s scheduler (tests/stages.py): which stage starts first, how many run at once,
+and that every stage runs whatever another one did. Fake stages, no Makefile target run."""
+
+import threading
+
+import pytest
+import stages
+
+
+def test_the_longest_stage_starts_first_and_the_last_run_s_times_override_the_defaults(
+        tmp_path):
+    times = tmp_path / "times.json"
+    times.write_text('{"soak": 99999}')
+    expected = stages.expected_seconds(stages.STAGES, times)
+    order = stages.longest_first(stages.STAGES, expected)
+    assert order[0] == "soak"
+    assert order[1:] == sorted((n for n in stages.STAGES if n != "soak"),
+                               key=lambda n: -stages.EXPECTED_S[n])
+
+
+def test_a_stage_with_no_time_yet_starts_before_every_measured_one(tmp_path):
+    expected = stages.expected_seconds(("unit", "brand-new"), tmp_path / "absent.json")
+    assert stages.longest_first(("unit", "brand-new"), expected) == ["brand-new", "unit"]
+
+
+def test_a_full_lane_takes_the_next_stage_only_when_its_last_one_ends():
+    # Two lanes: "a" and "b" must run at the same time (each waits for the other at the
+    # barrier); "c" starts only after one of them ended, in the lane that freed.
+    together = threading.Barrier(2, timeout=120)
+    running, events = set(), []
+    lock = threading.Lock()
+
+    def run(stage):
+        with lock:
+            events.append(("start", stage.name, frozenset(running)))
+            running.add(stage.name)
+        if stage.name in ("a", "b"):
+            together.wait()
+        with lock:
+            running.discard(stage.name)
+            events.append(("end", stage.name, frozenset(running)))
+        stage.status = 0
+
+    jobs = [stages.Stage(name) for name in ("a", "b", "c")]
+    stages.run_lanes(jobs, 2, run)
+    starts = [e for e in events if e[0] == "start"]
+    assert {e[1] for e in starts[:2]} == {"a", "b"}
+    c_start = events.index(next(e for e in events if e[:2] == ("start", "c")))
+    assert any(e[0] == "end" and e[1] in ("a", "b") for e in events[:c_start])
+    assert len(events[c_start][2]) <= 1  # never three at once
+    assert {s.lane for s in jobs} == {1, 2}
+
+
+def test_every_stage_runs_after_one_fails_or_crashes():
+    ran = []
+
+    def run(stage):
+        ran.append(stage.name)
+        if stage.name == "crashes":
+            raise RuntimeError("the stage's runner broke")
+        stage.status = 1 if stage.name == "fails" else 0
+
+    jobs = [stages.Stage(name) for name in ("fails", "crashes", "x", "y")]
+    stages.run_lanes(jobs, 1, run)
+    assert ran == ["fails", "crashes", "x", "y"]
+    assert [s.status for s in jobs] == [1, 3, 0, 0]
+    assert "FAILED" in stages.table(jobs, 0.0, 1.0).splitlines()[-1]
+
+
+def test_a_name_with_no_makefile_target_fails_as_its_own_stage(tmp_path, monkeypatch):
+    monkeypatch.setattr(stages, "LOGS", tmp_path)
+    monkeypatch.setattr(stages, "ROOT", tmp_path)
+    stage = stages.Stage("no-such-target")
+    stages.run_stage(stage, 0.0, "make", lambda text: None, targets={"unit"})
+    assert stage.status == 2
+    assert "no target 'no-such-target'" in stage.log.read_text()
+
+
+@pytest.mark.subprocesses
+def test_a_stage_s_cpu_time_counts_its_children(tmp_path, monkeypatch):
+    makefile = tmp_path / "Makefile"
+    makefile.write_text("burn:\n\tpython3 -c 'sum(range(3_000_000))'\n")
+    monkeypatch.setattr(stages, "ROOT", tmp_path)
+    with open(tmp_path / "log", "w") as log:
+        status, cpu_s = stages.run_make("burn", log, "make")
+    assert status == 0
+    assert cpu_s > 0
