@@ -9,7 +9,9 @@ on a lane of their own. How long a stage takes is what it took in the last run h
 
 Each stage is the Makefile target of that name, its output in
 ``build/test-logs/<stage>.log``; a stage is added by naming a target in :data:`STAGES`.
-Every stage runs even when another one failed (a failure in one says nothing about the
+A stage whose target needs the .venv (``$(STAMP)``) starts once `make setup` is done; one
+that needs none (binder-build-check) starts beside the set-up. Every stage runs even when
+another one failed (a failure in one says nothing about the
 others); a name with no target in the Makefile fails as its stage, saying so; the end of
 a failed stage's log is printed, and the exit status is 1 if any failed. The end table
 gives each stage's lane, start, time and CPU time (user + system, its processes and the
@@ -57,14 +59,27 @@ class Stage:
 
 def makefile_targets(makefile: Path = ROOT / "Makefile") -> set[str]:
     """The names of the Makefile's rules (``name:`` at the start of a line)."""
-    return set(re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", makefile.read_text(), re.MULTILINE))
+    return set(makefile_rules(makefile))
 
 
-def expected_seconds(names, times_file: Path = TIMES) -> dict[str, float]:
+def makefile_rules(makefile: Path = ROOT / "Makefile") -> dict[str, str]:
+    """Each rule's name and what it needs (the rest of its ``name: ...`` line)."""
+    found = re.findall(r"^([A-Za-z0-9_.-]+)\s*:(?!=)(.*)$", makefile.read_text(), re.MULTILINE)
+    return {name: needs.strip() for name, needs in found}
+
+
+def needs_setup(rules: dict[str, str]) -> set[str]:
+    """The targets that need the set-up's .venv (``$(STAMP)`` or ``setup`` among what they
+    need); the others (binder-build-check builds its own) start while it installs."""
+    return {name for name, needs in rules.items()
+            if {"$(STAMP)", "setup"} & set(needs.split())}
+
+
+def expected_seconds(names, times_file: Path | None = None) -> dict[str, float]:
     """How long each stage is expected to take: its time in the last run, else
     :data:`EXPECTED_S`, else (a new stage) longer than any, so that it starts first."""
     try:
-        last = json.loads(times_file.read_text())
+        last = json.loads((times_file or TIMES).read_text())
     except (OSError, ValueError):
         last = {}
     longest = max(EXPECTED_S.values())
@@ -85,12 +100,16 @@ def run_make(name: str, log, make: str) -> tuple[int, float]:
     return process.returncode, usage.ru_utime + usage.ru_stime
 
 
-def run_stage(stage: Stage, t0: float, make: str, printer, targets: set[str]) -> None:
+def run_stage(stage: Stage, t0: float, make: str, printer, targets: set[str],
+              setup_failed: bool = False) -> None:
     stage.started_s = time.monotonic() - t0
     printer(f"[{_clock(stage.started_s)}] {stage.name} started in lane {stage.lane} (log: "
             f"{stage.log.relative_to(ROOT)})")
     with open(stage.log, "w") as log:
-        if stage.name in targets:
+        if setup_failed:
+            print("error: `make setup` failed: this stage needs its .venv", file=log)
+            stage.status = 4
+        elif stage.name in targets:
             stage.status, stage.cpu_s = run_make(stage.name, log, make)
         else:
             print(f"error: the Makefile has no target {stage.name!r}", file=log)
@@ -101,18 +120,29 @@ def run_stage(stage: Stage, t0: float, make: str, printer, targets: set[str]) ->
             f"{_clock(stage.seconds)}: {_summary(stage.log)}")
 
 
-def run_lanes(stages: list[Stage], lanes: int, run) -> None:
+def run_lanes(stages: list[Stage], lanes: int, run, waits_for_setup=frozenset(),
+              setup_done: threading.Event | None = None) -> None:
     """Run every stage through ``run(stage)``, ``lanes`` at a time, in the list's order:
-    each lane takes the next stage as soon as its last one ends, whatever its result."""
+    each lane takes the next stage it may start as soon as its last one ends, whatever its
+    result. A stage named in ``waits_for_setup`` starts only once ``setup_done`` is set."""
     queue = list(stages)
-    lock = threading.Lock()
+    changed = threading.Condition()
+    done = setup_done or threading.Event()
+    if setup_done is None:
+        done.set()
+
+    def next_stage() -> Stage | None:
+        with changed:
+            while queue:
+                for stage in queue:
+                    if stage.name not in waits_for_setup or done.is_set():
+                        queue.remove(stage)
+                        return stage
+                changed.wait(timeout=1.0)  # until the set-up is done
+            return None
 
     def lane(number: int) -> None:
-        while True:
-            with lock:
-                if not queue:
-                    return
-                stage = queue.pop(0)
+        while (stage := next_stage()) is not None:
             stage.lane = number
             try:
                 run(stage)
@@ -142,22 +172,25 @@ def _clock(seconds: float) -> str:
     return f"{minutes}:{rest:02d}"
 
 
-def table(stages: list[Stage], setup_s: float, total_s: float) -> str:
+def table(stages: list[Stage], setup_s: float, setup_status: int, total_s: float) -> str:
     rows = ["| stage | lane | started | time | CPU | result |",
             "| --- | ---: | ---: | ---: | ---: | --- |",
-            f"| setup | | 0:00 | {_clock(setup_s)} | | done |"]
+            f"| setup | | 0:00 | {_clock(setup_s)} | | "
+            f"{'done' if setup_status == 0 else f'FAILED ({setup_status})'} |"]
     for s in sorted(stages, key=lambda s: (s.started_s, s.lane)):
         result = "passed" if s.status == 0 else f"FAILED ({s.status})"
-        rows.append(f"| {s.name} | {s.lane} | {_clock(setup_s + s.started_s)} | "
+        rows.append(f"| {s.name} | {s.lane} | {_clock(s.started_s)} | "
                     f"{_clock(s.seconds)} | {_clock(s.cpu_s)} | {result} |")
     cpu = sum(s.cpu_s for s in stages)
+    passed = setup_status == 0 and all(s.status == 0 for s in stages)
     rows.append(f"| **all** | | | **{_clock(total_s)}** | {_clock(cpu)} | "
-                f"{'passed' if all(s.status == 0 for s in stages) else 'FAILED'} |")
+                f"{'passed' if passed else 'FAILED'} |")
     return "\n".join(rows)
 
 
-def save_times(stages: list[Stage], times_file: Path = TIMES) -> None:
+def save_times(stages: list[Stage], times_file: Path | None = None) -> None:
     """Keep each stage's time for the next run's order (a failed stage's too: it ran)."""
+    times_file = times_file or TIMES
     try:
         times = json.loads(times_file.read_text())
     except (OSError, ValueError):
@@ -179,22 +212,37 @@ def main(argv: list[str]) -> int:
         names = longest_first(STAGES, expected_seconds(STAGES))
         lanes = int(os.environ.get("TEST_LANES", LANES))
     LOGS.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    # The set-up (a fresh clone's first install) before anything runs on top of it.
-    setup = subprocess.run([make, "--no-print-directory", "setup"], cwd=ROOT)
-    setup_s = time.monotonic() - t0
-    if setup.returncode != 0:
-        print(f"setup FAILED (exit status {setup.returncode}) after {_clock(setup_s)}")
-        return 1
     lock = threading.Lock()
 
     def printer(text: str) -> None:
         with lock:
             print(text, flush=True)
 
+    t0 = time.monotonic()
+    # The set-up (a fresh clone's first install) before any stage that runs on top of it;
+    # a stage that needs none starts beside it.
+    setup_done, setup = threading.Event(), {}
+
+    def run_setup() -> None:
+        setup["status"] = subprocess.run([make, "--no-print-directory", "setup"],
+                                         cwd=ROOT).returncode
+        setup["seconds"] = time.monotonic() - t0
+        if setup["status"] != 0:
+            printer(f"setup FAILED (exit status {setup['status']}) after "
+                    f"{_clock(setup['seconds'])}: the stages that need it fail")
+        setup_done.set()
+
+    setup_thread = threading.Thread(target=run_setup)
+    setup_thread.start()
+    waits = needs_setup(makefile_rules())
     stages = [Stage(name) for name in names]
-    t1 = time.monotonic()
-    run_lanes(stages, lanes, lambda stage: run_stage(stage, t1, make, printer, targets))
+
+    def run(stage: Stage) -> None:
+        failed = stage.name in waits and setup.get("status", 0) != 0
+        run_stage(stage, t0, make, printer, targets, setup_failed=failed)
+
+    run_lanes(stages, lanes, run, waits_for_setup=waits, setup_done=setup_done)
+    setup_thread.join()
     total_s = time.monotonic() - t0
     if not argv:
         save_times(stages)
@@ -204,10 +252,11 @@ def main(argv: list[str]) -> int:
             print(f"\n----- the end of {stage.log.relative_to(ROOT)} -----")
             print("\n".join(tail))
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"\nmake test: each stage's time ({lanes} lanes; load average now {load}, "
+    lanes_said = f"{lanes} lanes" if lanes > 1 else "one lane"
+    print(f"\nmake test: each stage's time ({lanes_said}; load average now {load}, "
           f"{os.cpu_count()} cores)")
-    print(table(stages, setup_s, total_s))
-    return 0 if all(stage.status == 0 for stage in stages) else 1
+    print(table(stages, setup["seconds"], setup["status"], total_s))
+    return 0 if setup["status"] == 0 and all(s.status == 0 for s in stages) else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """`make test`'s scheduler (tests/stages.py): which stage starts first, how many run at once,
 and that every stage runs whatever another one did. Fake stages, no Makefile target run."""
 
+import json
 import threading
 
 import pytest
@@ -64,7 +65,39 @@ def test_every_stage_runs_after_one_fails_or_crashes():
     stages.run_lanes(jobs, 1, run)
     assert ran == ["fails", "crashes", "x", "y"]
     assert [s.status for s in jobs] == [1, 3, 0, 0]
-    assert "FAILED" in stages.table(jobs, 0.0, 1.0).splitlines()[-1]
+    assert "FAILED" in stages.table(jobs, 0.0, 0, 1.0).splitlines()[-1]
+
+
+def test_a_stage_that_needs_no_set_up_runs_beside_it_and_the_others_wait_for_it():
+    setup_done = threading.Event()
+    order = []
+
+    def run(stage):
+        order.append((stage.name, setup_done.is_set()))
+        if stage.name == "binder-build-check":
+            setup_done.set()  # the set-up ends while this stage runs
+        stage.status = 0
+
+    jobs = [stages.Stage(name) for name in ("unit", "binder-build-check", "lint")]
+    stages.run_lanes(jobs, 2, run, waits_for_setup={"unit", "lint"}, setup_done=setup_done)
+    assert order[0] == ("binder-build-check", False)
+    assert sorted(order[1:]) == [("lint", True), ("unit", True)]
+
+
+def test_the_makefile_s_stages_that_need_the_venv_wait_for_the_set_up():
+    waits = stages.needs_setup(stages.makefile_rules())
+    assert set(stages.STAGES) - waits == {"binder-build-check"}
+    assert set(stages.STAGES) <= stages.makefile_targets()
+
+
+def test_a_stage_that_needs_a_failed_set_up_fails_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(stages, "LOGS", tmp_path)
+    monkeypatch.setattr(stages, "ROOT", tmp_path)
+    stage = stages.Stage("unit")
+    stages.run_stage(stage, 0.0, "make", lambda text: None, targets={"unit"},
+                     setup_failed=True)
+    assert stage.status == 4
+    assert "`make setup` failed" in stage.log.read_text()
 
 
 def test_a_name_with_no_makefile_target_fails_as_its_own_stage(tmp_path, monkeypatch):
@@ -85,3 +118,22 @@ def test_a_stage_s_cpu_time_counts_its_children(tmp_path, monkeypatch):
         status, cpu_s = stages.run_make("burn", log, "make")
     assert status == 0
     assert cpu_s > 0
+
+
+@pytest.mark.subprocesses
+def test_make_test_runs_every_stage_after_one_fails_and_ends_with_the_table(
+        tmp_path, monkeypatch, capsys):
+    fake_make = tmp_path / "make"
+    fake_make.write_text('#!/bin/sh\necho "ran $2"\n[ "$2" != unit ]\n')
+    fake_make.chmod(0o755)
+    monkeypatch.setenv("MAKE", str(fake_make))
+    monkeypatch.setattr(stages, "ROOT", tmp_path)
+    monkeypatch.setattr(stages, "LOGS", tmp_path / "logs")
+    monkeypatch.setattr(stages, "TIMES", tmp_path / "logs" / "times.json")
+    assert stages.main([]) == 1
+    out = capsys.readouterr().out
+    for name in stages.STAGES:
+        assert (tmp_path / "logs" / f"{name}.log").read_text() == f"ran {name}\n"
+        assert f"| {name} |" in out
+    assert "| unit |" in out and "FAILED (1)" in out
+    assert set(json.loads((tmp_path / "logs" / "times.json").read_text())) == set(stages.STAGES)
