@@ -91,6 +91,15 @@ def longest_first(names, expected: dict[str, float]) -> list[str]:
     return sorted(names, key=lambda name: -expected[name])
 
 
+def lanes_from_env(value: str | None) -> int:
+    """``TEST_LANES``: how many stages run at once (default :data:`LANES`)."""
+    if value is None or not value.strip():
+        return LANES
+    if not value.strip().isdigit() or int(value) < 1:
+        raise SystemExit(f"TEST_LANES={value!r}: give a whole number of lanes, 1 or more")
+    return int(value)
+
+
 def run_make(name: str, log, make: str) -> tuple[int, float]:
     """Run ``make name``, its output into ``log``; its exit status and CPU seconds."""
     process = subprocess.Popen([make, "--no-print-directory", name], cwd=ROOT, stdout=log,
@@ -210,7 +219,7 @@ def main(argv: list[str]) -> int:
         names, lanes = list(argv), 1
     else:
         names = longest_first(STAGES, expected_seconds(STAGES))
-        lanes = int(os.environ.get("TEST_LANES", LANES))
+        lanes = lanes_from_env(os.environ.get("TEST_LANES"))
     LOGS.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
 

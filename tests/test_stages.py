@@ -100,6 +100,14 @@ def test_a_stage_that_needs_a_failed_set_up_fails_and_says_why(tmp_path, monkeyp
     assert "`make setup` failed" in stage.log.read_text()
 
 
+def test_test_lanes_is_a_whole_number_of_one_or_more():
+    assert stages.lanes_from_env(None) == stages.LANES
+    assert stages.lanes_from_env("2") == 2
+    for bad in ("0", "two", "-1", "1.5"):
+        with pytest.raises(SystemExit, match="TEST_LANES"):
+            stages.lanes_from_env(bad)
+
+
 def test_a_name_with_no_makefile_target_fails_as_its_own_stage(tmp_path, monkeypatch):
     monkeypatch.setattr(stages, "LOGS", tmp_path)
     monkeypatch.setattr(stages, "ROOT", tmp_path)
