@@ -16,7 +16,7 @@ others); a name with no target in the Makefile fails as its stage, saying so; th
 a failed stage's log is printed, and the exit status is 1 if any failed. The end table
 gives each stage's lane, start, time and CPU time (user + system, its processes and the
 ones they waited for). ``python tests/stages.py unit soak`` runs only the targets named,
-one after the other, in one lane.
+one after the other, in one lane (``TEST_LANES=N``: in N, in the order named).
 """
 
 from __future__ import annotations
@@ -216,7 +216,8 @@ def main(argv: list[str]) -> int:
         if unknown:
             raise SystemExit(f"no Makefile target {', '.join(unknown)}: the stages of "
                              f"`make test` are {', '.join(STAGES)}")
-        names, lanes = list(argv), 1
+        names = list(argv)
+        lanes = lanes_from_env(os.environ.get("TEST_LANES")) if "TEST_LANES" in os.environ else 1
     else:
         names = longest_first(STAGES, expected_seconds(STAGES))
         lanes = lanes_from_env(os.environ.get("TEST_LANES"))
