@@ -40,7 +40,8 @@ setup: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/jupyter lab $(LAB_FLAGS) notebooks/00_index.ipynb
 
-# Every stage, in two lanes side by side (tests/stages.py), then each stage's time.
+# Every stage, three at a time, longest first, binder-build-check beside the set-up
+# (tests/stages.py), then each stage's time and CPU time.
 test:
 	$(PYTHON) tests/stages.py
 
