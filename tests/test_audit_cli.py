@@ -337,8 +337,9 @@ def test_the_launcher_passes_a_failed_check_as_exit_status_1(project):
     assert "ChildFailedError" not in out.stderr and out.stderr == ""
 
 
-# How many runs the repeat test makes, quiet and under load (AUDIT_EXIT_REPEATS=100 for the
-# long form); each run starts two ranks that import torch, a few seconds apiece.
+# How many runs the repeat test makes, quiet and under load (beside at least two busy
+# processes: tests/busy_machine.py), AUDIT_EXIT_REPEATS=100 for the long form; each run
+# starts two ranks that import torch, a few seconds apiece.
 EXIT_REPEATS = int(os.environ.get("AUDIT_EXIT_REPEATS", "10"))
 
 
