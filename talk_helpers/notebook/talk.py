@@ -7,9 +7,11 @@ then makes the demos answer at once on the speaker's laptop:
   except forkserver where that is spawn and forkserver exists (macOS): its server imports
   torch once and forks every worker and rank. Without forkserver (Windows;
   ``TALK_NO_FORKSERVER=1`` here) spawn stays, and a demo with workers takes seconds;
-* **definition cells that workers can import**: a cell that only defines things runs as an
+* **cells that workers can import**: a cell's definitions (:func:`split_cell`) run as an
   ``%%importable`` cell (:mod:`talk_helpers.notebook.cells`) without the magic line on the
-  slide. These two are :func:`prepare_kernel`, which `make talk` runs as every kernel starts;
+  slide; its other statements run in the kernel alone. A worker started anew that would
+  need a class of an ordinary cell is refused, saying what to do. These are
+  :func:`prepare_kernel`, which `make talk` runs as every kernel starts;
 * **everything started now, not during a demo**: matplotlib (a first figure), the workers'
   server and a warm world of two ranks (:mod:`talk_helpers.runtime.warm`) that have started
   DataLoader workers and wrapped a DDP model once.
@@ -22,10 +24,12 @@ from __future__ import annotations
 
 import ast
 import os
+import pickle
+import pickletools
 import time
 from dataclasses import dataclass
 
-__all__ = ["NO_FORKSERVER_ENV", "TalkReady", "definitions_only", "prepare_kernel",
+__all__ = ["NO_FORKSERVER_ENV", "TalkReady", "split_cell", "prepare_kernel",
            "start_talk", "talk_start_method"]
 
 NO_FORKSERVER_ENV = "TALK_NO_FORKSERVER"  # "1": act as a platform without forkserver
@@ -88,30 +92,37 @@ def prepare_kernel(seed: int = 0) -> tuple[str, str]:
         os.environ[ENV_VAR] = method
         apply_start_method()
         start_forkserver()
+    if method != "fork":
+        _refuse_ordinary_cells()
     _enable_definition_cells()
     return method, platform_method
 
 
-def definitions_only(source: str) -> bool:
-    """Whether a cell only defines things: imports, classes, functions and constants, at
-    least one class or function among them (so that importing it runs nothing else)."""
+def split_cell(source: str) -> tuple[str, str] | None:
+    """A cell's definitions, which workers import, and the rest, which runs in the kernel
+    alone; each keeps the cell's lines (the other's blank). Definitions are its imports,
+    classes, functions and the assignments those use (or constants); a statement sharing
+    a line with the rest is rest. None for a cell that defines no class or function."""
     try:
         body = ast.parse(source).body
     except SyntaxError:
-        return False
-    defines = False
-    for node in body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            defines = True
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            continue
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            continue  # a docstring
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and _constant(node.value):
-            continue
-        else:
-            return False
-    return defines
+        return None
+    kind = [_kind(node) for node in body]  # True: definition, None: if used, False: rest
+    used = set().union(*(_globals(node) for i, node in enumerate(body) if kind[i]))
+    grown = True
+    while grown:  # an assignment a definition uses is one, and so are those it uses
+        grown = False
+        for i, node in enumerate(body):
+            if kind[i] is None and _assigned(node) & used:
+                kind[i], used, grown = True, used | _globals(node.value), True
+    rest = {line for i, node in enumerate(body) if not kind[i] for line in _lines(node)}
+    kept = {i for i, node in enumerate(body) if kind[i] and not rest.intersection(_lines(node))}
+    if not any(isinstance(body[i], _DEFINES) for i in kept):
+        return None
+    rest |= {line for i, node in enumerate(body) if i not in kept for line in _lines(node)}
+    lines = source.splitlines(keepends=True)
+    return ("".join("\n" if i in rest else line for i, line in enumerate(lines)),
+            "".join(line if i in rest else "\n" for i, line in enumerate(lines)))
 
 
 # --------------------------------------------------------------------------- internals
@@ -124,22 +135,82 @@ def _has_forkserver() -> bool:
             and "forkserver" in multiprocessing.get_all_start_methods())
 
 
+_DEFINES = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _kind(node) -> bool | None:
+    """A top-level statement: a definition (True), an assignment that is one if a
+    definition uses it (None), or something that runs (False)."""
+    if isinstance(node, (*_DEFINES, ast.Import, ast.ImportFrom)):
+        return True
+    if isinstance(node, ast.Expr):
+        return isinstance(node.value, ast.Constant)  # a docstring
+    if not _assigned(node):
+        return False
+    return True if node.value is None or _constant(node.value) else None
+
+
+def _assigned(node) -> set[str]:
+    """The names a plain assignment (``x = ...``, ``x: T = ...``) binds; else none."""
+    targets = getattr(node, "targets", [getattr(node, "target", None)])
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and all(
+            isinstance(t, ast.Name) for t in targets):
+        return {t.id for t in targets}
+    return set()
+
+
+def _globals(node) -> set[str]:
+    from talk_helpers.notebook.cells import used_globals
+
+    return used_globals(ast.unparse(node))
+
+
+def _lines(node) -> range:
+    """The 0-based lines of a top-level statement, its decorators included."""
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+    return range(first - 1, node.end_lineno)
+
+
 def _constant(node) -> bool:
     try:
-        if node is not None:
-            ast.literal_eval(node)
+        ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False
     return True
 
 
 def _as_importable(lines: list[str]) -> list[str]:
-    """IPython input transformer: a definitions-only cell runs as ``%%importable``."""
+    """IPython input transformer: a cell's definitions run as an ``%%importable`` cell
+    where the first of them starts; the rest runs as written, on the same lines."""
     from talk_helpers.notebook.cells import MAGIC
 
     source = "".join(lines)
-    plain = source.lstrip().startswith("%") or not definitions_only(source)
-    return lines if plain else [f"%%{MAGIC}\n", *lines]
+    split = None if source.lstrip().startswith("%") else split_cell(source)
+    if split is None or not _importable(split[0]):
+        return lines
+    definitions, rest = split
+    if not rest.strip():
+        return [f"%%{MAGIC}\n", *lines]
+    rest_lines = rest.splitlines(keepends=True)
+    first = next(i for i, line in enumerate(definitions.splitlines()) if line.strip()
+                 and not line.lstrip().startswith("#") and not rest_lines[i].strip())
+    rest_lines[first] = f"get_ipython().run_cell_magic({MAGIC!r}, '', {definitions!r})\n"
+    return rest_lines
+
+
+def _importable(definitions: str) -> bool:
+    """Whether workers can import these definitions: what they use comes from themselves
+    or from earlier importable cells (else the cell runs as it is, in the kernel alone)."""
+    from IPython import get_ipython
+
+    from talk_helpers.notebook.cells import CellError, plan
+
+    shell = get_ipython()
+    try:
+        plan(definitions, shell.user_ns if shell is not None else None)
+    except CellError:
+        return False
+    return True
 
 
 def _enable_definition_cells() -> None:
@@ -151,6 +222,35 @@ def _enable_definition_cells() -> None:
     transforms = shell.input_transformers_cleanup
     if not any(getattr(t, "__name__", "") == _as_importable.__name__ for t in transforms):
         transforms.append(_as_importable)
+
+
+def _refuse_ordinary_cells() -> None:
+    """Workers started anew (spawn, forkserver) cannot import what an ordinary cell
+    defined (the kernel's ``__main__``): starting one says so and what to do, where the
+    worker would die with "Can't get attribute"."""
+    from multiprocessing import reduction
+
+    if reduction.dump.__name__ != _dump.__name__:
+        reduction.dump = _dump
+
+
+def _dump(obj, file, protocol=None) -> None:
+    """multiprocessing's ``reduction.dump``, refusing names of ``__main__``."""
+    from multiprocessing.reduction import ForkingPickler
+
+    data = bytes(ForkingPickler.dumps(obj, protocol))
+    strings, names = [], []
+    for op, arg, _ in pickletools.genops(data) if b"__main__" in data else ():
+        if op.name == "STACK_GLOBAL" and strings[-2:-1] == ["__main__"]:
+            names.append(strings[-1])
+        elif isinstance(arg, str):
+            strings.append(arg)
+    if names:
+        raise pickle.PicklingError(
+            f"{', '.join(names)} is defined in an ordinary cell, so a worker started anew "
+            "cannot import it. Define it at the top level of a cell, with the imports it "
+            "uses in that cell, and run that cell again.")
+    file.write(data)
 
 
 def _warm_up() -> None:
