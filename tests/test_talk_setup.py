@@ -15,7 +15,7 @@ from talk_helpers.notebook import talk
     "class A:\n    pass",
     "import random\n\n\ndef f(worker_id):\n    random.seed(0)",
     "from torch.utils.data import IterableDataset\n\nSIZES = [5, 3]\n\n\n"
-    "class Files(IterableDataset):\n    '''Whole files.'''",
+    "class Files(IterableDataset):\n    '''Whole files.'''\n    sizes = SIZES",
     "x: int = 3\n\n\ndef g():\n    return x",
     "import math\n\nSCALE = int(math.pi)\n\n\ndef g():\n    return SCALE",  # used: defined
 ])

@@ -1,23 +1,15 @@
 """The talk's set-up: the one call on its first slide, ``start_talk()``.
 
 It does what every notebook's first cell does (:func:`talk_helpers.notebook.setup_notebook`),
-then makes the demos answer at once on the speaker's laptop:
-
-* **the start method the talk takes** (:func:`talk_start_method`): the platform's own,
-  except forkserver where that is spawn and forkserver exists (macOS): its server imports
-  torch once and forks every worker and rank. Without forkserver (Windows;
-  ``TALK_NO_FORKSERVER=1`` here) spawn stays, and a demo with workers takes seconds;
-* **cells that workers can import**: a cell's definitions (:func:`split_cell`) run as an
-  ``%%importable`` cell (:mod:`talk_helpers.notebook.cells`) without the magic line on the
-  slide; its other statements run in the kernel alone. A worker started anew that would
-  need a class of an ordinary cell is refused, saying what to do. These are
-  :func:`prepare_kernel`, which `make talk` runs as every kernel starts;
-* **everything started now, not during a demo**: matplotlib (a first figure), the workers'
-  server and a warm world of two ranks (:mod:`talk_helpers.runtime.warm`) that have started
-  DataLoader workers and wrapped a DDP model once.
-
-Nothing here runs at import: only :func:`start_talk` and :func:`prepare_kernel` change the
-kernel.
+then readies the speaker's laptop. :func:`prepare_kernel`, which `make talk` also runs as
+every kernel starts, takes the talk's start method (:func:`talk_start_method`: forkserver
+where the platform gives spawn and has forkserver, as macOS does) and makes a cell's
+definitions importable by workers (:func:`split_cell`: they run as an ``%%importable`` cell,
+:mod:`talk_helpers.notebook.cells`, with no magic line on the slide); a worker started anew
+that would need a class of an ordinary cell is refused, saying what to do. :func:`start_talk`
+then starts what a demo would wait for: matplotlib (a first figure), the workers' server and
+a warm world of two ranks (:mod:`talk_helpers.runtime.warm`) that have started DataLoader
+workers and wrapped a DDP model once. Nothing runs at import.
 """
 
 from __future__ import annotations
@@ -109,12 +101,9 @@ def split_cell(source: str) -> tuple[str, str] | None:
         return None
     kind = [_kind(node) for node in body]  # True: definition, None: if used, False: rest
     used = set().union(*(_globals(node) for i, node in enumerate(body) if kind[i]))
-    grown = True
-    while grown:  # an assignment a definition uses is one, and so are those it uses
-        grown = False
-        for i, node in enumerate(body):
-            if kind[i] is None and _assigned(node) & used:
-                kind[i], used, grown = True, used | _globals(node.value), True
+    for i in reversed(range(len(body))):  # an assignment uses only those before it
+        if kind[i] is None and _assigned(body[i]) & used:
+            kind[i], used = True, used | _globals(body[i].value)
     rest = {line for i, node in enumerate(body) if not kind[i] for line in _lines(node)}
     kept = {i for i, node in enumerate(body) if kind[i] and not rest.intersection(_lines(node))}
     if not any(isinstance(body[i], _DEFINES) for i in kept):
@@ -143,11 +132,7 @@ def _kind(node) -> bool | None:
     definition uses it (None), or something that runs (False)."""
     if isinstance(node, (*_DEFINES, ast.Import, ast.ImportFrom)):
         return True
-    if isinstance(node, ast.Expr):
-        return isinstance(node.value, ast.Constant)  # a docstring
-    if not _assigned(node):
-        return False
-    return True if node.value is None or _constant(node.value) else None
+    return None if _assigned(node) else False
 
 
 def _assigned(node) -> set[str]:
@@ -171,46 +156,29 @@ def _lines(node) -> range:
     return range(first - 1, node.end_lineno)
 
 
-def _constant(node) -> bool:
-    try:
-        ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-    return True
-
-
 def _as_importable(lines: list[str]) -> list[str]:
     """IPython input transformer: a cell's definitions run as an ``%%importable`` cell
     where the first of them starts; the rest runs as written, on the same lines."""
-    from talk_helpers.notebook.cells import MAGIC
+    from IPython import get_ipython
+
+    from talk_helpers.notebook.cells import MAGIC, CellError, plan
 
     source = "".join(lines)
     split = None if source.lstrip().startswith("%") else split_cell(source)
-    if split is None or not _importable(split[0]):
+    if split is None:
+        return lines
+    try:  # definitions that use an ordinary cell's names: the cell runs as it is
+        plan(split[0], getattr(get_ipython(), "user_ns", None))
+    except CellError:
         return lines
     definitions, rest = split
     if not rest.strip():
         return [f"%%{MAGIC}\n", *lines]
     rest_lines = rest.splitlines(keepends=True)
-    first = next(i for i, line in enumerate(definitions.splitlines()) if line.strip()
-                 and not line.lstrip().startswith("#") and not rest_lines[i].strip())
+    first = next(i for i, line in enumerate(definitions.splitlines())
+                 if line.strip() and not line.lstrip().startswith("#"))
     rest_lines[first] = f"get_ipython().run_cell_magic({MAGIC!r}, '', {definitions!r})\n"
     return rest_lines
-
-
-def _importable(definitions: str) -> bool:
-    """Whether workers can import these definitions: what they use comes from themselves
-    or from earlier importable cells (else the cell runs as it is, in the kernel alone)."""
-    from IPython import get_ipython
-
-    from talk_helpers.notebook.cells import CellError, plan
-
-    shell = get_ipython()
-    try:
-        plan(definitions, shell.user_ns if shell is not None else None)
-    except CellError:
-        return False
-    return True
 
 
 def _enable_definition_cells() -> None:
@@ -225,17 +193,15 @@ def _enable_definition_cells() -> None:
 
 
 def _refuse_ordinary_cells() -> None:
-    """Workers started anew (spawn, forkserver) cannot import what an ordinary cell
-    defined (the kernel's ``__main__``): starting one says so and what to do, where the
-    worker would die with "Can't get attribute"."""
     from multiprocessing import reduction
 
-    if reduction.dump.__name__ != _dump.__name__:
-        reduction.dump = _dump
+    reduction.dump = _dump
 
 
 def _dump(obj, file, protocol=None) -> None:
-    """multiprocessing's ``reduction.dump``, refusing names of ``__main__``."""
+    """multiprocessing's ``reduction.dump`` for workers started anew (spawn, forkserver),
+    which cannot import what an ordinary cell defined (the kernel's ``__main__``): such a
+    name stops the start, saying what to do, where the worker would die."""
     from multiprocessing.reduction import ForkingPickler
 
     data = bytes(ForkingPickler.dumps(obj, protocol))
