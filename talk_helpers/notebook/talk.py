@@ -1,20 +1,13 @@
-"""The talk's set-up: the one call on its first slide, ``start_talk()``.
-
-It does what every notebook's first cell does (:func:`talk_helpers.notebook.setup_notebook`),
-then readies the speaker's laptop. :func:`prepare_kernel`, which `make talk` also runs as
-every kernel starts, takes the talk's start method (:func:`talk_start_method`: forkserver
-where the platform gives spawn and has forkserver, as macOS does) and makes a cell's
-definitions importable by workers (:func:`split_cell`: they run as an ``%%importable`` cell,
-:mod:`talk_helpers.notebook.cells`, with no magic line on the slide); a worker started anew
-that would need a class of an ordinary cell is refused, saying what to do. :func:`start_talk`
-then starts what a demo would wait for: matplotlib (a first figure), the workers' server and
-a warm world of two ranks (:mod:`talk_helpers.runtime.warm`) that have started DataLoader
-workers and wrapped a DDP model once. Nothing runs at import.
-"""
+"""The talk's set-up, ``start_talk()``: :func:`prepare_kernel` (also run by `make talk` as
+every kernel starts: the talk's start method, forkserver where the platform gives spawn, and
+cells whose definitions workers import, :func:`split_cell`), then what a demo would wait for:
+matplotlib, the workers' server and a warm world of two ranks that started DataLoader workers
+and wrapped a DDP model once (:mod:`talk_helpers.runtime.warm`). Nothing runs at import."""
 
 from __future__ import annotations
 
 import ast
+import multiprocessing.reduction
 import os
 import pickle
 import pickletools
@@ -25,14 +18,12 @@ __all__ = ["NO_FORKSERVER_ENV", "TalkReady", "split_cell", "prepare_kernel",
            "start_talk", "talk_start_method"]
 
 NO_FORKSERVER_ENV = "TALK_NO_FORKSERVER"  # "1": act as a platform without forkserver
-WORLD_SIZE = 2
-NUM_WORKERS = 2
+WORLD_SIZE, NUM_WORKERS = 2, 2  # the warm world's ranks, and workers per loader
 
 
 @dataclass(frozen=True)
 class TalkReady:
-    """What :func:`start_talk` prepared. Its text is the same under every start method
-    (the stored outputs are); the details are attributes."""
+    """What :func:`start_talk` prepared; its text is the same under every start method."""
 
     start_method: str           # the method the talk's workers and ranks start with
     platform_method: str        # the method this platform gives (TALK_START_METHOD)
@@ -49,15 +40,14 @@ class TalkReady:
 
 
 def talk_start_method(platform_method: str | None = None) -> str:
-    """The start method the talk takes on a platform whose own is ``platform_method``
-    (default: ``TALK_START_METHOD``, else Python's default): forkserver where that is
-    spawn and forkserver exists (macOS), else the platform's own."""
-    import multiprocessing
-
+    """The start method the talk takes where the platform's is ``platform_method`` (default:
+    ``TALK_START_METHOD``, else Python's): forkserver for spawn where it exists (macOS)."""
     from talk_helpers.runtime.start_method import requested_start_method
 
     method = platform_method or requested_start_method() or multiprocessing.get_start_method()
-    return "forkserver" if method == "spawn" and _has_forkserver() else method
+    forkserver = (os.environ.get(NO_FORKSERVER_ENV, "").strip() != "1"
+                  and "forkserver" in multiprocessing.get_all_start_methods())
+    return "forkserver" if method == "spawn" and forkserver else method
 
 
 def start_talk(seed: int = 0) -> TalkReady:
@@ -69,41 +59,39 @@ def start_talk(seed: int = 0) -> TalkReady:
 
 
 def prepare_kernel(seed: int = 0) -> tuple[str, str]:
-    """The talk's start method and definition cells, at once: the demos work before (or
-    without) ``start_talk()`` and after a restart. Returns the method taken and the
-    platform's own."""
-    import torch.multiprocessing as mp
-
+    """The talk's start method and definition cells; returns it and the platform's."""
     from talk_helpers.notebook import setup_notebook
     from talk_helpers.runtime.start_method import ENV_VAR, apply_start_method, start_forkserver
 
     setup_notebook(seed)
-    platform_method = mp.get_start_method()
+    platform_method = multiprocessing.get_start_method()
     method = talk_start_method(platform_method)
     if method != platform_method:  # the ranks and their workers read the same switch
         os.environ[ENV_VAR] = method
         apply_start_method()
         start_forkserver()
-    if method != "fork":
-        _refuse_ordinary_cells()
+    if method != "fork":  # a worker started anew imports what it unpickles
+        multiprocessing.reduction.dump = _dump
     _enable_definition_cells()
     return method, platform_method
 
 
 def split_cell(source: str) -> tuple[str, str] | None:
-    """A cell's definitions, which workers import, and the rest, which runs in the kernel
-    alone; each keeps the cell's lines (the other's blank). Definitions are its imports,
-    classes, functions and the assignments those use (or constants); a statement sharing
-    a line with the rest is rest. None for a cell that defines no class or function."""
+    """A cell's definitions (its imports, classes, functions and the assignments those
+    use), which workers import, and the rest, which runs in the kernel alone; each on the
+    cell's own lines, the other's blank. None for a cell that defines no class or function."""
+    from talk_helpers.notebook.cells import used_globals
+
     try:
         body = ast.parse(source).body
     except SyntaxError:
         return None
-    kind = [_kind(node) for node in body]  # True: definition, None: if used, False: rest
-    used = set().union(*(_globals(node) for i, node in enumerate(body) if kind[i]))
+    # True: a definition, None: an assignment (one if a definition uses it), False: rest
+    kind = [isinstance(n, _DEFINITIONS) or (None if _assigned(n) else False) for n in body]
+    used = set().union(*(used_globals(ast.unparse(n)) for i, n in enumerate(body) if kind[i]))
     for i in reversed(range(len(body))):  # an assignment uses only those before it
         if kind[i] is None and _assigned(body[i]) & used:
-            kind[i], used = True, used | _globals(body[i].value)
+            kind[i], used = True, used | used_globals(ast.unparse(body[i].value))
     rest = {line for i, node in enumerate(body) if not kind[i] for line in _lines(node)}
     kept = {i for i, node in enumerate(body) if kind[i] and not rest.intersection(_lines(node))}
     if not any(isinstance(body[i], _DEFINES) for i in kept):
@@ -114,51 +102,24 @@ def split_cell(source: str) -> tuple[str, str] | None:
             "".join(line if i in rest else "\n" for i, line in enumerate(lines)))
 
 
-# --------------------------------------------------------------------------- internals
-
-
-def _has_forkserver() -> bool:
-    import multiprocessing
-
-    return (os.environ.get(NO_FORKSERVER_ENV, "").strip() != "1"
-            and "forkserver" in multiprocessing.get_all_start_methods())
-
-
 _DEFINES = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-
-
-def _kind(node) -> bool | None:
-    """A top-level statement: a definition (True), an assignment that is one if a
-    definition uses it (None), or something that runs (False)."""
-    if isinstance(node, (*_DEFINES, ast.Import, ast.ImportFrom)):
-        return True
-    return None if _assigned(node) else False
+_DEFINITIONS = (*_DEFINES, ast.Import, ast.ImportFrom)
 
 
 def _assigned(node) -> set[str]:
     """The names a plain assignment (``x = ...``, ``x: T = ...``) binds; else none."""
-    targets = getattr(node, "targets", [getattr(node, "target", None)])
-    if isinstance(node, (ast.Assign, ast.AnnAssign)) and all(
-            isinstance(t, ast.Name) for t in targets):
-        return {t.id for t in targets}
-    return set()
+    if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+        return set()
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {t.id for t in targets} if all(isinstance(t, ast.Name) for t in targets) else set()
 
 
-def _globals(node) -> set[str]:
-    from talk_helpers.notebook.cells import used_globals
-
-    return used_globals(ast.unparse(node))
-
-
-def _lines(node) -> range:
-    """The 0-based lines of a top-level statement, its decorators included."""
-    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
-    return range(first - 1, node.end_lineno)
+def _lines(node) -> range:  # a statement's lines, 0-based (a decorator's are no other's)
+    return range(node.lineno - 1, node.end_lineno)
 
 
 def _as_importable(lines: list[str]) -> list[str]:
-    """IPython input transformer: a cell's definitions run as an ``%%importable`` cell
-    where the first of them starts; the rest runs as written, on the same lines."""
+    """IPython input transformer: :func:`split_cell`'s definitions, where they start."""
     from IPython import get_ipython
 
     from talk_helpers.notebook.cells import MAGIC, CellError, plan
@@ -184,27 +145,14 @@ def _as_importable(lines: list[str]) -> list[str]:
 def _enable_definition_cells() -> None:
     from IPython import get_ipython
 
-    shell = get_ipython()
-    if shell is None:
-        return
-    transforms = shell.input_transformers_cleanup
-    if not any(getattr(t, "__name__", "") == _as_importable.__name__ for t in transforms):
+    transforms = getattr(get_ipython(), "input_transformers_cleanup", [_as_importable])
+    if _as_importable.__name__ not in [getattr(t, "__name__", "") for t in transforms]:
         transforms.append(_as_importable)
 
 
-def _refuse_ordinary_cells() -> None:
-    from multiprocessing import reduction
-
-    reduction.dump = _dump
-
-
 def _dump(obj, file, protocol=None) -> None:
-    """multiprocessing's ``reduction.dump`` for workers started anew (spawn, forkserver),
-    which cannot import what an ordinary cell defined (the kernel's ``__main__``): such a
-    name stops the start, saying what to do, where the worker would die."""
-    from multiprocessing.reduction import ForkingPickler
-
-    data = bytes(ForkingPickler.dumps(obj, protocol))
+    """multiprocessing's ``reduction.dump``, refusing what the worker cannot import."""
+    data = bytes(multiprocessing.reduction.ForkingPickler.dumps(obj, protocol))
     strings, names = [], []
     for op, arg, _ in pickletools.genops(data) if b"__main__" in data else ():
         if op.name == "STACK_GLOBAL" and strings[-2:-1] == ["__main__"]:
@@ -221,8 +169,6 @@ def _dump(obj, file, protocol=None) -> None:
 
 def _warm_up() -> None:
     """Start now what the first demos would otherwise wait for."""
-    import multiprocessing
-
     from talk_helpers.runtime import rank_entry, run_world
 
     with rank_entry.loading():  # imports with the collector paused: a third less CPU
@@ -230,8 +176,8 @@ def _warm_up() -> None:
 
         from talk_helpers.diagrams.talk_figures import worker_reads
 
-        if multiprocessing.get_start_method() == "fork":  # forked ranks inherit them
-            rank_entry.warm_imports()
+        if multiprocessing.get_start_method() == "fork":
+            rank_entry.warm_imports()  # DDP's: forked ranks inherit them
     worker_reads([(0, 0)], n_ids=1)._repr_svg_()  # matplotlib's imports and font cache
     list(DataLoader(range(NUM_WORKERS), num_workers=NUM_WORKERS))  # the workers' server
     report = run_world(_warm_rank, WORLD_SIZE, args=(NUM_WORKERS,), reuse=True,
@@ -241,8 +187,8 @@ def _warm_up() -> None:
 
 
 def _warm_rank(rank: int, world_size: int, num_workers: int) -> int:
-    """In each rank of the warm world: start DataLoader workers once (under forkserver,
-    the rank's own workers' server) and wrap a DDP model once (its imports)."""
+    """In each rank of the warm world: start DataLoader workers (under forkserver, the
+    rank's workers' server) and wrap a DDP model (its imports), once."""
     import torch
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader
