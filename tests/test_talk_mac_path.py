@@ -1,8 +1,10 @@
 """The talk on a Mac (spawn by default, forkserver available), in a kernel started as
 `make talk` starts it (IPYTHONDIR with the talk's start-up file): its demos work before
-``start_talk()`` ran, after a kernel restart, and after a class cell is edited live (the
-workers import the edited definition). A Mac is stood for by a start-up file that makes
-spawn the kernel's default before the talk's own runs, and ``TALK_START_METHOD=spawn``."""
+``start_talk()`` ran, after a kernel restart, and after a class cell is edited live, whatever
+statement the edit adds (the workers import the edited definition); a class the workers
+cannot import is refused with what to do, never a worker's crash. A Mac is stood for by a
+start-up file that makes spawn the kernel's default before the talk's own runs, and
+``TALK_START_METHOD=spawn``."""
 
 import os
 import shutil
@@ -31,13 +33,37 @@ def talk_cells() -> dict[str, str]:
     return {cell.id: cell.source for cell in nbformat.read(TALK, as_version=4).cells}
 
 
-def edited(source: str) -> str:
-    """MapIds with a line added live: every sample id times ten."""
+MAPIDS = talk_cells()[CELLS[0]]
+
+
+def edited(source: str, scale: int, added: str = "") -> str:
+    """MapIds edited live: every sample id times ``scale``, and ADDED (a statement added
+    to the cell) after the class."""
     edit = source.replace("        return i\n", "        return i * self.scale\n")
     edit = edit.replace("        self.size = size\n",
-                        "        self.size = size\n        self.scale = 10  # added live\n")
+                        f"        self.size = size\n        self.scale = {scale}\n")
     assert edit != source, "the talk's MapIds cell changed: update this test's edit"
-    return edit
+    return edit + added
+
+
+# Statements a speaker may add to the class cell live, each with the ids the workers of
+# the edited MapIds then give (a crash in a worker would be an error here instead).
+EDITS = {
+    "a print": (edited(MAPIDS, 2, "\nprint('MapIds, edited')\n"), "[0, 2, 4, 6]"),
+    "an assignment the class uses": (
+        "SCALE = int('3')\n\n" + edited(MAPIDS, 1).replace("= 1\n", "= SCALE\n"),
+        "[0, 3, 6, 9]"),
+    "an assignment": (edited(MAPIDS, 4, "\nname = MapIds.__name__.lower()\n"), "[0, 4, 8, 12]"),
+    "a method": (edited(MAPIDS, 5).replace(
+        "    def __len__", "    def twice(self, i):\n        return 2 * i\n\n    def __len__"),
+        "[0, 5, 10, 15]"),
+    "an import": ("import math\n\n" + edited(MAPIDS, 6), "[0, 6, 12, 18]"),
+}
+# A cell that starts workers itself gets their answer too.
+STARTS_WORKERS = (edited(MAPIDS, 7, "\n" + READ_BACK + "\n"), "[0, 7, 14, 21]")
+# A class inside a block stays in the kernel's __main__: the demo says what to do.
+IN_A_BLOCK = "if True:\n" + "".join(f"    {line}" for line in edited(MAPIDS, 8).splitlines(True))
+REFUSED = "PicklingError: MapIds is defined in an ordinary cell"
 
 
 def result(client, nb, source: str) -> str:
@@ -54,7 +80,7 @@ def result(client, nb, source: str) -> str:
 
 
 @pytest.mark.timeout(1800)
-def test_the_demos_work_on_a_mac_without_set_up_after_a_restart_and_after_a_live_edit(
+def test_the_demos_work_on_a_mac_without_set_up_after_a_restart_and_after_live_edits(
         tmp_path):
     shutil.copytree(STARTUP, tmp_path / "ipython")
     (tmp_path / "ipython/profile_default/startup/00-a-mac.py").write_text(MAC)
@@ -72,9 +98,17 @@ def test_the_demos_work_on_a_mac_without_set_up_after_a_restart_and_after_a_live
         run_sync(client.kc.wait_for_ready)(timeout=client.timeout)
         seen["after a restart"] = [result(client, nb, sources[k]) for k in CELLS]
         result(client, nb, sources[START_TALK])
-        result(client, nb, edited(sources[CELLS[0]]))
-        seen["after a live edit"] = [result(client, nb, sources[CELLS[3]]),
-                                     result(client, nb, READ_BACK)]
+        for edit, (source, _) in EDITS.items():
+            result(client, nb, source)
+            seen[edit] = result(client, nb, READ_BACK)
+        seen["a cell that starts workers"] = result(client, nb, STARTS_WORKERS[0])
+        seen["the demo after a live edit"] = result(client, nb, sources[CELLS[3]])
+        result(client, nb, IN_A_BLOCK)
+        seen["a class in a block"] = result(client, nb, READ_BACK)
     for when in ("before start_talk()", "after a restart"):
         assert seen[when][-1] == "(10, 20)", f"{when}: {seen[when]}"
-    assert seen["after a live edit"] == ["(10, 20)", "[0, 10, 20, 30]"], seen
+    for edit, (_, ids) in EDITS.items():
+        assert seen[edit] == ids, f"after a live edit adding {edit}: {seen[edit]}"
+    assert seen["a cell that starts workers"] == STARTS_WORKERS[1], seen
+    assert seen["the demo after a live edit"] == "(10, 20)", seen
+    assert seen["a class in a block"].startswith(REFUSED), seen

@@ -1,42 +1,29 @@
-"""The talk's set-up: the one call on its first slide, ``start_talk()``.
-
-It does what every notebook's first cell does (:func:`talk_helpers.notebook.setup_notebook`),
-then makes the demos answer at once on the speaker's laptop:
-
-* **the start method the talk takes** (:func:`talk_start_method`): the platform's own,
-  except forkserver where that is spawn and forkserver exists (macOS): its server imports
-  torch once and forks every worker and rank. Without forkserver (Windows;
-  ``TALK_NO_FORKSERVER=1`` here) spawn stays, and a demo with workers takes seconds;
-* **definition cells that workers can import**: a cell that only defines things runs as an
-  ``%%importable`` cell (:mod:`talk_helpers.notebook.cells`) without the magic line on the
-  slide. These two are :func:`prepare_kernel`, which `make talk` runs as every kernel starts;
-* **everything started now, not during a demo**: matplotlib (a first figure), the workers'
-  server and a warm world of two ranks (:mod:`talk_helpers.runtime.warm`) that have started
-  DataLoader workers and wrapped a DDP model once.
-
-Nothing here runs at import: only :func:`start_talk` and :func:`prepare_kernel` change the
-kernel.
-"""
+"""The talk's set-up, ``start_talk()``: :func:`prepare_kernel` (also run by `make talk` as
+every kernel starts: the talk's start method, forkserver where the platform gives spawn, and
+cells whose definitions workers import, :func:`split_cell`), then what a demo would wait for:
+matplotlib, the workers' server and a warm world of two ranks that started DataLoader workers
+and wrapped a DDP model once (:mod:`talk_helpers.runtime.warm`). Nothing runs at import."""
 
 from __future__ import annotations
 
 import ast
+import multiprocessing.reduction
 import os
+import pickle
+import pickletools
 import time
 from dataclasses import dataclass
 
-__all__ = ["NO_FORKSERVER_ENV", "TalkReady", "definitions_only", "prepare_kernel",
+__all__ = ["NO_FORKSERVER_ENV", "TalkReady", "split_cell", "prepare_kernel",
            "start_talk", "talk_start_method"]
 
 NO_FORKSERVER_ENV = "TALK_NO_FORKSERVER"  # "1": act as a platform without forkserver
-WORLD_SIZE = 2
-NUM_WORKERS = 2
+WORLD_SIZE, NUM_WORKERS = 2, 2  # the warm world's ranks, and workers per loader
 
 
 @dataclass(frozen=True)
 class TalkReady:
-    """What :func:`start_talk` prepared. Its text is the same under every start method
-    (the stored outputs are); the details are attributes."""
+    """What :func:`start_talk` prepared; its text is the same under every start method."""
 
     start_method: str           # the method the talk's workers and ranks start with
     platform_method: str        # the method this platform gives (TALK_START_METHOD)
@@ -53,15 +40,14 @@ class TalkReady:
 
 
 def talk_start_method(platform_method: str | None = None) -> str:
-    """The start method the talk takes on a platform whose own is ``platform_method``
-    (default: ``TALK_START_METHOD``, else Python's default): forkserver where that is
-    spawn and forkserver exists (macOS), else the platform's own."""
-    import multiprocessing
-
+    """The start method the talk takes where the platform's is ``platform_method`` (default:
+    ``TALK_START_METHOD``, else Python's): forkserver for spawn where it exists (macOS)."""
     from talk_helpers.runtime.start_method import requested_start_method
 
     method = platform_method or requested_start_method() or multiprocessing.get_start_method()
-    return "forkserver" if method == "spawn" and _has_forkserver() else method
+    forkserver = (os.environ.get(NO_FORKSERVER_ENV, "").strip() != "1"
+                  and "forkserver" in multiprocessing.get_all_start_methods())
+    return "forkserver" if method == "spawn" and forkserver else method
 
 
 def start_talk(seed: int = 0) -> TalkReady:
@@ -73,93 +59,125 @@ def start_talk(seed: int = 0) -> TalkReady:
 
 
 def prepare_kernel(seed: int = 0) -> tuple[str, str]:
-    """The talk's start method and definition cells, at once: the demos work before (or
-    without) ``start_talk()`` and after a restart. Returns the method taken and the
-    platform's own."""
-    import torch.multiprocessing as mp
-
+    """The talk's start method and definition cells; returns it and the platform's."""
     from talk_helpers.notebook import setup_notebook
     from talk_helpers.runtime.start_method import ENV_VAR, apply_start_method, start_forkserver
 
     setup_notebook(seed)
-    platform_method = mp.get_start_method()
+    platform_method = multiprocessing.get_start_method()
     method = talk_start_method(platform_method)
     if method != platform_method:  # the ranks and their workers read the same switch
         os.environ[ENV_VAR] = method
         apply_start_method()
         start_forkserver()
+    if method != "fork":  # a worker started anew imports what it unpickles
+        multiprocessing.reduction.dump = _dump
     _enable_definition_cells()
     return method, platform_method
 
 
-def definitions_only(source: str) -> bool:
-    """Whether a cell only defines things: imports, classes, functions and constants, at
-    least one class or function among them (so that importing it runs nothing else)."""
+def split_cell(source: str) -> tuple[str, str] | None:
+    """A cell's definitions (its imports, classes, functions and the assignments those
+    use), which workers import, and the rest, which runs in the kernel alone; each on the
+    cell's own lines, the other's blank. None for a cell that defines no class or function."""
+    from talk_helpers.notebook.cells import used_globals
+
     try:
         body = ast.parse(source).body
     except SyntaxError:
-        return False
-    defines = False
-    for node in body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            defines = True
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            continue
-        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            continue  # a docstring
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and _constant(node.value):
-            continue
-        else:
-            return False
-    return defines
+        return None
+    # True: a definition, None: an assignment (one if a definition uses it), False: rest
+    kind = [isinstance(n, _DEFINITIONS) or (None if _assigned(n) else False) for n in body]
+    used = set().union(*(used_globals(ast.unparse(n)) for i, n in enumerate(body) if kind[i]))
+    for i in reversed(range(len(body))):  # an assignment uses only those before it
+        if kind[i] is None and _assigned(body[i]) & used:
+            kind[i], used = True, used | used_globals(ast.unparse(body[i].value))
+    rest = {line for i, node in enumerate(body) if not kind[i] for line in _lines(node)}
+    kept = {i for i, node in enumerate(body) if kind[i] and not rest.intersection(_lines(node))}
+    if not any(isinstance(body[i], _DEFINES) for i in kept):
+        return None
+    rest |= {line for i, node in enumerate(body) if i not in kept for line in _lines(node)}
+    lines = source.splitlines(keepends=True)
+    return ("".join("\n" if i in rest else line for i, line in enumerate(lines)),
+            "".join(line if i in rest else "\n" for i, line in enumerate(lines)))
 
 
-# --------------------------------------------------------------------------- internals
+_DEFINES = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+_DEFINITIONS = (*_DEFINES, ast.Import, ast.ImportFrom)
 
 
-def _has_forkserver() -> bool:
-    import multiprocessing
+def _assigned(node) -> set[str]:
+    """The names a plain assignment (``x = ...``, ``x: T = ...``) binds; else none."""
+    if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+        return set()
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return {t.id for t in targets} if all(isinstance(t, ast.Name) for t in targets) else set()
 
-    return (os.environ.get(NO_FORKSERVER_ENV, "").strip() != "1"
-            and "forkserver" in multiprocessing.get_all_start_methods())
 
-
-def _constant(node) -> bool:
-    try:
-        if node is not None:
-            ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-    return True
+def _lines(node) -> range:  # a statement's lines, 0-based (a decorator's are no other's)
+    return range(node.lineno - 1, node.end_lineno)
 
 
 def _as_importable(lines: list[str]) -> list[str]:
-    """IPython input transformer: a definitions-only cell runs as ``%%importable``."""
-    from talk_helpers.notebook.cells import MAGIC
+    """IPython input transformer: :func:`split_cell`'s definitions, where they start."""
+    from IPython import get_ipython
+
+    from talk_helpers.notebook.cells import MAGIC, CellError, plan
 
     source = "".join(lines)
-    plain = source.lstrip().startswith("%") or not definitions_only(source)
-    return lines if plain else [f"%%{MAGIC}\n", *lines]
+    split = None if source.lstrip().startswith("%") else split_cell(source)
+    if split is None:
+        return lines
+    try:  # definitions that use an ordinary cell's names: the cell runs as it is
+        plan(split[0], getattr(get_ipython(), "user_ns", None))
+    except CellError:
+        return lines
+    definitions, rest = split
+    if not rest.strip():
+        return [f"%%{MAGIC}\n", *lines]
+    rest_lines = rest.splitlines(keepends=True)
+    first = next(i for i, line in enumerate(definitions.splitlines())
+                 if line.strip() and not line.lstrip().startswith("#"))
+    rest_lines[first] = f"get_ipython().run_cell_magic({MAGIC!r}, '', {definitions!r})\n"
+    return rest_lines
 
 
 def _enable_definition_cells() -> None:
     from IPython import get_ipython
 
-    shell = get_ipython()
-    if shell is None:
-        return
-    transforms = shell.input_transformers_cleanup
-    if not any(getattr(t, "__name__", "") == _as_importable.__name__ for t in transforms):
+    transforms = getattr(get_ipython(), "input_transformers_cleanup", [_as_importable])
+    if _as_importable.__name__ not in [getattr(t, "__name__", "") for t in transforms]:
         transforms.append(_as_importable)
+
+
+def _dump(obj, file, protocol=None) -> None:
+    """multiprocessing's ``reduction.dump``, refusing what the worker cannot import."""
+    data = bytes(multiprocessing.reduction.ForkingPickler.dumps(obj, protocol))
+    strings, names = [], []
+    for op, arg, _ in pickletools.genops(data) if b"__main__" in data else ():
+        if op.name == "STACK_GLOBAL" and strings[-2:-1] == ["__main__"]:
+            names.append(strings[-1])
+        elif isinstance(arg, str):
+            strings.append(arg)
+    if names:
+        raise pickle.PicklingError(
+            f"{', '.join(names)} is defined in an ordinary cell, so a worker started anew "
+            "cannot import it. Define it at the top level of a cell, with the imports it "
+            "uses in that cell, and run that cell again.")
+    file.write(data)
 
 
 def _warm_up() -> None:
     """Start now what the first demos would otherwise wait for."""
-    from torch.utils.data import DataLoader
+    from talk_helpers.runtime import rank_entry, run_world
 
-    from talk_helpers.diagrams.talk_figures import worker_reads
-    from talk_helpers.runtime import run_world
+    with rank_entry.loading():  # imports with the collector paused: a third less CPU
+        from torch.utils.data import DataLoader
 
+        from talk_helpers.diagrams.talk_figures import worker_reads
+
+        if multiprocessing.get_start_method() == "fork":
+            rank_entry.warm_imports()  # DDP's: forked ranks inherit them
     worker_reads([(0, 0)], n_ids=1)._repr_svg_()  # matplotlib's imports and font cache
     list(DataLoader(range(NUM_WORKERS), num_workers=NUM_WORKERS))  # the workers' server
     report = run_world(_warm_rank, WORLD_SIZE, args=(NUM_WORKERS,), reuse=True,
@@ -169,8 +187,8 @@ def _warm_up() -> None:
 
 
 def _warm_rank(rank: int, world_size: int, num_workers: int) -> int:
-    """In each rank of the warm world: start DataLoader workers once (under forkserver,
-    the rank's own workers' server) and wrap a DDP model once (its imports)."""
+    """In each rank of the warm world: start DataLoader workers (under forkserver, the
+    rank's workers' server) and wrap a DDP model (its imports), once."""
     import torch
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader
