@@ -13,6 +13,13 @@ or that is parametrized with spawn or forkserver is marked ``subprocesses`` with
 
 import inspect
 
+from hypothesis import settings
+
+# No property test has a deadline: hypothesis's 200 ms per example is a wall-clock bound,
+# and on a busy machine one example of a quick test took 285 ms.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
+
 MODULE_MARKS = {
     "subprocesses": (
         "test_binder_check", "test_demos_torchrun", "test_gpu_job", "test_process_starts",
