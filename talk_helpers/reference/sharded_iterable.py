@@ -414,9 +414,8 @@ class ShardedIterableDataset(IterableDataset):
         steps = self._steps(epoch) if steps is None else steps
         return remaining(self._corpus(epoch).total, steps, self._item_size, self.policy)
 
-    def _batching(self, shape: LoaderShape) -> Batching:   # drop_last means nothing for 1
-        return Batching(self._item_size, shape.batch_size or 1, shape.drop_last and
-                        (shape.batch_size or 1) > 1, max(shape.num_workers, 1))
+    def _batching(self, shape: LoaderShape) -> Batching:
+        return Batching.of(self._item_size, shape.batch_size, shape.drop_last, shape.num_workers)
 
     # -- inside: one worker's items ----------------------------------------------------
 
@@ -847,9 +846,13 @@ class Batching(NamedTuple):
     workers: int            # runs to deal (num_workers, or 1 in the main process)
 
     @classmethod
+    def of(cls, item_size: int, batch_size, drop_last: bool, num_workers: int) -> Batching:
+        batch = batch_size or 1   # drop_last means nothing for batches of one item
+        return cls(item_size, batch, drop_last and batch > 1, max(num_workers, 1))
+
+    @classmethod
     def of_step(cls, step: Step, item_size: int) -> Batching:
-        return cls(item_size, step.loader_batch_size or 1, step.drop_last and
-                   (step.loader_batch_size or 1) > 1, max(step.num_workers, 1))
+        return cls.of(item_size, step.loader_batch_size, step.drop_last, step.num_workers)
 
     @property
     def samples(self) -> int:
